@@ -1,0 +1,97 @@
+"""Hard rules applied before any policy: refused parameters, forced routes, dead engines.
+
+Every policy goes through :func:`apply_hard_rules` first; a policy's own logic only runs
+when the rules leave the choice open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.routing.types import (
+    Decision,
+    EngineView,
+    ModelView,
+    PairView,
+    RequestFeatures,
+    Route,
+    RouteOverride,
+)
+
+
+class NoEngineAvailable(Exception):
+    """Every engine that could serve the request is down or draining."""
+
+    def __init__(self, model: str, reason: str) -> None:
+        super().__init__(f"no engine available for model {model!r}: {reason}")
+        self.model = model
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Preliminary:
+    """Outcome of the hard rules: either a final decision, or the pair left to the policy."""
+
+    decision: Decision | None
+    pair: PairView
+
+
+def _load(e: EngineView) -> float:
+    # The gateway's own in-flight count is exact; scraped gauges lag. Use the larger.
+    running = (e.running or 0.0) + (e.waiting or 0.0)
+    return max(float(e.inflight), running)
+
+
+def choose_pair(view: ModelView) -> PairView:
+    """The least-loaded pair with at least one usable engine."""
+    usable = [p for p in view.pairs if p.spec.usable or p.base.usable]
+    if not usable:
+        raise NoEngineAvailable(view.model, "all engines down")
+    return min(usable, key=lambda p: _load(p.spec) + _load(p.base))
+
+
+def _decide(pair: PairView, route: Route, reason: str, *, movable: bool) -> Decision:
+    chosen, sibling = (pair.spec, pair.base) if route is Route.SPEC else (pair.base, pair.spec)
+    fallback = sibling.name if movable and sibling.usable else None
+    return Decision(route=route, engine=chosen.name, reason=reason, fallback=fallback)
+
+
+def apply_hard_rules(features: RequestFeatures, view: ModelView) -> Preliminary:
+    pair = choose_pair(view)
+    spec_ok, base_ok = pair.spec.usable, pair.base.usable
+    if features.refused_params:
+        if not base_ok:
+            raise NoEngineAvailable(view.model, "request needs the plain engine, which is down")
+        return Preliminary(_decide(pair, Route.BASE, "refused_params", movable=False), pair)
+    if not spec_ok:
+        return Preliminary(_decide(pair, Route.BASE, "spec_down", movable=False), pair)
+    if not base_ok:
+        return Preliminary(_decide(pair, Route.SPEC, "base_down", movable=False), pair)
+    forced = features.forced
+    if forced is None and view.pinned is not RouteOverride.AUTO:
+        return Preliminary(_decide(pair, Route(view.pinned.value), "pinned", movable=True), pair)
+    if forced is not None:
+        return Preliminary(_decide(pair, forced, "forced", movable=True), pair)
+    return Preliminary(None, pair)
+
+
+def decide_route(
+    pair: PairView,
+    route: Route,
+    reason: str,
+    *,
+    predicted_speedup: float | None = None,
+    predicted_acceptance: float | None = None,
+    probe: bool = False,
+) -> Decision:
+    """Build a policy decision for ``route`` on ``pair`` (retryable on the sibling)."""
+    d = _decide(pair, route, reason, movable=True)
+    return Decision(
+        route=d.route,
+        engine=d.engine,
+        reason=d.reason,
+        fallback=d.fallback,
+        predicted_speedup=predicted_speedup,
+        predicted_acceptance=predicted_acceptance,
+        probe=probe,
+    )

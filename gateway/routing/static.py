@@ -1,0 +1,47 @@
+"""Static policies: always one engine, or a temperature threshold. Baselines for benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.routing.rules import apply_hard_rules, decide_route
+from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures, Route
+
+
+@dataclass
+class FixedPolicy:
+    """Send everything the hard rules allow to one route."""
+
+    route: Route
+    name: str = "fixed"
+
+    def __post_init__(self) -> None:
+        self.name = f"always-{self.route.value}"
+
+    def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
+        pre = apply_hard_rules(features, view)
+        if pre.decision is not None:
+            return pre.decision
+        return decide_route(pre.pair, self.route, "static")
+
+    def observe(self, outcome: Outcome, now: float) -> None:
+        return None
+
+
+@dataclass
+class TemperaturePolicy:
+    """Speculate at or below a temperature threshold, plain above it."""
+
+    max_temperature: float = 0.3
+    name: str = "temperature"
+
+    def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
+        pre = apply_hard_rules(features, view)
+        if pre.decision is not None:
+            return pre.decision
+        if features.temperature <= self.max_temperature:
+            return decide_route(pre.pair, Route.SPEC, "low_temperature")
+        return decide_route(pre.pair, Route.BASE, "high_temperature")
+
+    def observe(self, outcome: Outcome, now: float) -> None:
+        return None

@@ -1,0 +1,143 @@
+"""Value types shared by the OpenAI surface, the proxy and the routing core.
+
+The routing core is pure: it takes a :class:`RequestFeatures` and a :class:`ModelView`
+(a snapshot of every engine serving the model) and returns a :class:`Decision`.
+After the response it is told the :class:`Outcome`. No I/O crosses this boundary,
+so the same core runs inside the gateway and inside the discrete-event simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class Route(StrEnum):
+    """Which engine of a pair serves a request."""
+
+    SPEC = "spec"
+    BASE = "base"
+
+
+class RouteOverride(StrEnum):
+    """Values accepted in the ``x-specgate-route`` header and by ``POST /admin/route``."""
+
+    AUTO = "auto"
+    SPEC = "spec"
+    BASE = "base"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """What the gateway knows about one request before choosing an engine."""
+
+    model: str
+    stream: bool = False
+    temperature: float = 1.0  # OpenAI/vLLM default when the field is absent
+    top_p: float = 1.0
+    n: int = 1
+    max_tokens: int | None = None
+    prompt_chars: int = 0
+    prompt_tokens: int = 0  # estimate (no tokenizer in the gateway)
+    # Parameters present in the body that a speculative engine refuses (e.g. "min_p", "logit_bias").
+    refused_params: tuple[str, ...] = ()
+    # Predicted fraction of the answer that copies the prompt (0..1), and the request class
+    # the overlap predictor assigned (a small bounded vocabulary, safe as a metric label).
+    overlap: float = 0.0
+    kind: str = "unknown"
+    # Route forced by the client header, already checked against what config allows.
+    forced: Route | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """Snapshot of one engine as the routing core sees it. ``None`` means unknown, never zero."""
+
+    name: str
+    route: Route
+    healthy: bool = True
+    draining: bool = False
+    stale: bool = False  # scraped metrics are too old or missing: treat them as unknown
+    inflight: int = 0  # the gateway's own exact count of requests in flight on this engine
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    # Windowed speculative statistics (speculative engines only).
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position: tuple[float, ...] | None = None
+    # Windowed per-output-token latency in seconds, from vLLM's
+    # request_time_per_output_token histogram and/or the gateway's own stream timing.
+    tpot_s: float | None = None
+    method: str | None = None  # speculative method as declared in --speculative-config
+    k: int = 0  # num_speculative_tokens
+
+    @property
+    def usable(self) -> bool:
+        return self.healthy and not self.draining
+
+
+@dataclass(frozen=True, slots=True)
+class PairView:
+    """One speculative and one plain engine that share a device timeline."""
+
+    spec: EngineView
+    base: EngineView
+    device: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    model: str
+    pairs: tuple[PairView, ...]
+    pinned: RouteOverride = RouteOverride.AUTO  # set through POST /admin/route
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The routing core's answer. ``reason`` is a short token from a bounded vocabulary."""
+
+    route: Route
+    engine: str
+    reason: str
+    # Sibling engine to retry on when ``engine`` fails before the first byte; None when the
+    # request must not move (e.g. it carries parameters the sibling refuses).
+    fallback: str | None = None
+    predicted_speedup: float | None = None  # spec time-per-token advantage; >1 favours spec
+    predicted_acceptance: float | None = None
+    probe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to a routed request; fed back to the policy after the response."""
+
+    model: str
+    route: Route
+    engine: str
+    kind: str
+    temperature: float
+    ok: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    # Realised prompt-lookup statistics of the answer against the prompt (what an n-gram
+    # proposer would have accepted), computed by the gateway after the response.
+    lookup_acceptance: float | None = None
+    # vLLM's per-request metrics.speculative_decoding object, when the engine reported it.
+    reported_acceptance_rate: float | None = None
+    reported_mean_acceptance_length: float | None = None
+    probe: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    """A routing policy. Implementations are pure and synchronous (called on the event loop)."""
+
+    name: str
+
+    def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision: ...
+
+    def observe(self, outcome: Outcome, now: float) -> None: ...

@@ -1,0 +1,91 @@
+"""The seam between the request path and telemetry (metrics, traces, logs).
+
+The proxy calls these hooks at fixed points of a request's life; it knows nothing of
+Prometheus or OpenTelemetry. :class:`NullTelemetry` is the do-nothing implementation
+used where telemetry is off and in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from gateway.routing.types import Decision, RequestFeatures
+
+
+class RequestTelemetry(Protocol):
+    """Telemetry for one client request. Every method is cheap and never raises."""
+
+    def decided(self, features: RequestFeatures, decision: Decision, decision_seconds: float) -> None: ...
+
+    def upstream_started(self, engine: str, attempt: int) -> Mapping[str, str]:
+        """Called before each upstream attempt; returns headers to inject (e.g. ``traceparent``)."""
+        ...
+
+    def upstream_first_byte(self, engine: str) -> None: ...
+
+    def upstream_failed(self, engine: str, error: str, retried: bool) -> None:
+        """``error`` is a bounded token such as ``connect``, ``first_byte_timeout``, ``status_5xx``."""
+        ...
+
+    def first_token(self) -> None:
+        """The first content token reached the client (TTFT)."""
+        ...
+
+    def finished(
+        self,
+        status: int,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Called exactly once per request, whatever happened."""
+        ...
+
+
+class Telemetry(Protocol):
+    def start_request(
+        self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
+    ) -> RequestTelemetry:
+        """``headers`` are the incoming request headers (for trace context extraction)."""
+        ...
+
+
+class _NullRequest:
+    __slots__ = ()
+
+    def decided(self, features: RequestFeatures, decision: Decision, decision_seconds: float) -> None:
+        return None
+
+    def upstream_started(self, engine: str, attempt: int) -> Mapping[str, str]:
+        return {}
+
+    def upstream_first_byte(self, engine: str) -> None:
+        return None
+
+    def upstream_failed(self, engine: str, error: str, retried: bool) -> None:
+        return None
+
+    def first_token(self) -> None:
+        return None
+
+    def finished(
+        self,
+        status: int,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        return None
+
+
+_NULL_REQUEST = _NullRequest()
+
+
+class NullTelemetry:
+    def start_request(
+        self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
+    ) -> RequestTelemetry:
+        return _NULL_REQUEST

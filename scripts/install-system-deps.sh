@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the real servers the test suite drives (Prometheus, nginx) from Debian
+# packages when they are missing. Without root or apt it says what is missing and
+# carries on: those tests then skip locally, and fail under CI=true.
+set -euo pipefail
+missing=()
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${missing[*]} (Debian packages)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The packages start services on install where an init system exists; the tests run their own.
+  (service prometheus stop; service nginx stop) >/dev/null 2>&1 || true
+else
+  echo "note: ${missing[*]} not installed and cannot install (need root + apt); their tests will skip" >&2
+fi

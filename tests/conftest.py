@@ -1,0 +1,77 @@
+"""Suite-wide fixtures.
+
+``_no_blocking_calls`` (autouse) fails any test in which a blocking call runs on a running
+event loop: ``time.sleep``, blocking socket connects, synchronous subprocesses, or any
+single loop callback that holds the loop for longer than ``SLOW_CALLBACK_S``.
+Code that must block (the sync OpenAI SDK in tests, say) runs in a worker thread,
+where it is allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+# A single callback holding the loop this long is a blocking call. Generous, because
+# CI machines are small and shared; real blocking I/O (a sleep, a DNS lookup, a file
+# read over the network) shows up far above it.
+SLOW_CALLBACK_S = 0.5
+
+
+def _on_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class BlockingCallDetected(AssertionError):
+    pass
+
+
+def _guard(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _on_running_loop():
+            raise BlockingCallDetected(f"blocking call {name}() on the event loop thread")
+        return real(*args, **kwargs)
+
+    return guarded
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for mod, attr in (
+        (time, "sleep"),
+        (socket, "create_connection"),
+        (socket, "getaddrinfo"),
+        (subprocess, "run"),
+        (subprocess, "check_output"),
+        (subprocess, "check_call"),
+        (subprocess, "call"),
+    ):
+        monkeypatch.setattr(mod, attr, _guard(f"{mod.__name__}.{attr}", getattr(mod, attr)))
+
+    slow: list[str] = []
+    real_run = asyncio.events.Handle._run
+    main_thread = threading.get_ident()
+
+    def timed_run(self: asyncio.events.Handle) -> None:
+        t0 = time.perf_counter()
+        real_run(self)
+        dt = time.perf_counter() - t0
+        if dt > SLOW_CALLBACK_S and threading.get_ident() == main_thread:
+            slow.append(f"{self!r} held the event loop for {dt:.3f}s")
+
+    monkeypatch.setattr(asyncio.events.Handle, "_run", timed_run)
+    yield
+    if slow:
+        pytest.fail("blocking work on the event loop:\n" + "\n".join(slow[:5]), pytrace=False)

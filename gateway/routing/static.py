@@ -27,6 +27,9 @@ class FixedPolicy:
     def observe(self, outcome: Outcome, now: float) -> None:
         return None
 
+    def snapshot(self) -> dict[str, object]:
+        return {"policy": self.name}
+
 
 @dataclass
 class TemperaturePolicy:
@@ -45,3 +48,6 @@ class TemperaturePolicy:
 
     def observe(self, outcome: Outcome, now: float) -> None:
         return None
+
+    def snapshot(self) -> dict[str, object]:
+        return {"policy": self.name}

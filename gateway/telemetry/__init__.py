@@ -1,0 +1,4 @@
+"""Telemetry: Prometheus metrics, OpenTelemetry traces and structured logs.
+
+The request path talks to telemetry only through :mod:`gateway.telemetry.hooks`.
+"""

@@ -1,0 +1,112 @@
+"""Prompt-lookup (n-gram) drafting, as vLLM's ``ngram`` speculative method does it.
+
+At each step the proposer takes the longest suffix of the sequence so far (between
+``n_min`` and ``n_max`` tokens) that occurred earlier in the sequence, and proposes
+the ``k`` tokens that followed its most recent earlier occurrence. With no match it
+proposes nothing (and vLLM counts no draft for that step).
+
+:class:`PromptLookupProposer` is incremental: appending a token costs O(n_max) and a
+proposal O(n_max), so the emulator can run it at every step of every sequence.
+:func:`realised_lookup` replays an answer against its prompt and reports what such a
+proposer would have had accepted, which the gateway learns from after each response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+
+class PromptLookupProposer:
+    """Incremental n-gram index over one growing token sequence."""
+
+    __slots__ = ("_index", "k", "n_max", "n_min", "tokens")
+
+    def __init__(
+        self, tokens: Sequence[Hashable] = (), *, k: int = 5, n_min: int = 2, n_max: int = 5
+    ) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError("need 1 <= n_min <= n_max")
+        if k < 1:
+            raise ValueError("need k >= 1")
+        self.k, self.n_min, self.n_max = k, n_min, n_max
+        self.tokens: list[Hashable] = []
+        # For each n, maps an n-gram to the end position (exclusive) of its latest occurrence
+        # that is NOT the current suffix; an occurrence is indexed only once a token follows it.
+        self._index: dict[int, dict[tuple[Hashable, ...], int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self.extend(tokens)
+
+    def append(self, token: Hashable) -> None:
+        toks = self.tokens
+        end = len(toks)  # the n-grams ending here now get a follower: index them
+        for n in range(self.n_min, min(self.n_max, end) + 1):
+            self._index[n][tuple(toks[end - n : end])] = end
+        toks.append(token)
+
+    def extend(self, tokens: Sequence[Hashable]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def propose(self) -> list[Hashable]:
+        """Draft tokens for the next step (possibly empty)."""
+        toks = self.tokens
+        size = len(toks)
+        for n in range(min(self.n_max, size), self.n_min - 1, -1):
+            pos = self._index[n].get(tuple(toks[size - n :]))
+            if pos is not None:
+                return toks[pos : pos + self.k]
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class LookupStats:
+    """Speculative counters an n-gram proposer would have produced over an answer."""
+
+    steps: int  # engine steps needed to emit the answer
+    drafts: int  # steps that carried at least one draft token
+    draft_tokens: int
+    accepted: int
+    output_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted/drafts, over drafted steps only (as vLLM reports it)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens per engine step over the whole answer (drafted or not)."""
+        return self.output_tokens / self.steps if self.steps else 1.0
+
+
+def realised_lookup(
+    prompt: Sequence[Hashable],
+    answer: Sequence[Hashable],
+    *,
+    k: int = 5,
+    n_min: int = 2,
+    n_max: int = 5,
+) -> LookupStats:
+    """Replay ``answer`` after ``prompt`` with greedy verification (T=0 semantics)."""
+    proposer = PromptLookupProposer(prompt, k=k, n_min=n_min, n_max=n_max)
+    i = steps = drafts = draft_tokens = accepted = 0
+    n = len(answer)
+    while i < n:
+        draft = proposer.propose()
+        steps += 1
+        ok = 0
+        if draft:
+            drafts += 1
+            draft_tokens += len(draft)
+            limit = min(len(draft), n - i - 1)  # the bonus token needs a place too
+            while ok < limit and draft[ok] == answer[i + ok]:
+                ok += 1
+            accepted += ok
+        emitted = ok + 1  # accepted drafts plus the token the target model samples
+        proposer.extend(answer[i : i + emitted])
+        i += emitted
+    return LookupStats(steps, drafts, draft_tokens, accepted, n)

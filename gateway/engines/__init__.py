@@ -1,0 +1,1 @@
+"""Engines behind the gateway: runtime state, metric scraping and health checks."""

@@ -1,0 +1,211 @@
+"""Async scraper of one engine's ``/metrics`` page.
+
+One :class:`MetricsScraper` per engine polls ``GET {base_url}/metrics`` every
+``interval_s`` over an injected :class:`aiohttp.ClientSession`, with a timeout, parses
+the page (:mod:`gateway.engines.parse`), and keeps a :class:`MetricsWindow` of counter
+deltas. The result is readable at any time as :meth:`MetricsScraper.current`, which
+marks data older than ``stale_after_s`` (or never scraped, or unparsable) as stale:
+stale data is unknown, never zero.
+
+Parsing a 50 KB page takes well under a millisecond after the line filter, so it runs
+on the event loop; pages larger than ``thread_parse_bytes`` are parsed in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from gateway.engines.parse import (
+    MetricsParseError,
+    MetricsSample,
+    MetricsWindow,
+    WindowedStats,
+    parse_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+MAX_PAGE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeState:
+    """What the router may use of one engine's scraped metrics right now."""
+
+    stats: WindowedStats | None
+    stale: bool
+    last_success: float | None
+    last_error: str | None
+    consecutive_failures: int
+    has_spec_metrics: bool
+    scrapes: int
+
+    def as_dict(self) -> dict[str, object]:
+        s = self.stats
+        return {
+            "stale": self.stale,
+            "last_success": self.last_success,
+            "last_error": self.last_error,
+            "consecutive_failures": self.consecutive_failures,
+            "scrapes": self.scrapes,
+            "running": s.running if s else None,
+            "waiting": s.waiting if s else None,
+            "kv_usage": s.kv_usage if s else None,
+            "acceptance_rate": s.acceptance_rate if s else None,
+            "mean_acceptance_length": s.mean_acceptance_length if s else None,
+            "per_position": list(s.per_position) if s and s.per_position else None,
+            "tpot_s": s.tpot_s if s else None,
+            "window_s": s.window_s if s else None,
+            "resets": s.resets if s else 0,
+        }
+
+
+class MetricsScraper:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        *,
+        model_name: str | None = None,
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        window_s: float = 10.0,
+        stale_after_s: float = 5.0,
+        clock: Clock = time.monotonic,
+        headers: dict[str, str] | None = None,
+        thread_parse_bytes: int = 512 * 1024,
+        on_update: Callable[[ScrapeState], None] | None = None,
+    ) -> None:
+        if interval_s <= 0 or timeout_s <= 0:
+            raise ValueError("interval_s and timeout_s must be > 0")
+        self._session = session
+        self.url = base_url.rstrip("/") + "/metrics"
+        self.model_name = model_name
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.stale_after_s = stale_after_s
+        self._clock = clock
+        self._headers = headers or {}
+        self._thread_parse_bytes = thread_parse_bytes
+        self._on_update = on_update
+        self.window = MetricsWindow(window_s=window_s)
+        self._stats: WindowedStats | None = None
+        self._last_success: float | None = None
+        self._last_error: str | None = None
+        self._failures = 0
+        self._scrapes = 0
+        self._has_spec = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- reading ----------------------------------------------------------------------
+    def current(self, now: float | None = None) -> ScrapeState:
+        now = self._clock() if now is None else now
+        stale = (
+            self._last_success is None or self._stats is None or now - self._last_success > self.stale_after_s
+        )
+        return ScrapeState(
+            stats=self._stats,
+            stale=stale,
+            last_success=self._last_success,
+            last_error=self._last_error,
+            consecutive_failures=self._failures,
+            has_spec_metrics=self._has_spec,
+            scrapes=self._scrapes,
+        )
+
+    # -- scraping ---------------------------------------------------------------------
+    def ingest(self, text: str, now: float | None = None) -> None:
+        """Feed one page (what a scrape does after the HTTP GET). Never raises."""
+        now = self._clock() if now is None else now
+        try:
+            sample = parse_metrics(text, self.model_name)
+        except MetricsParseError as exc:
+            self._fail(f"parse: {exc}"[:200])
+            return
+        self._accept(now, sample)
+
+    def _accept(self, now: float, sample: MetricsSample) -> None:
+        if not sample.has_vllm_metrics and not sample.has_spec_metrics:
+            # A page without vllm:* (e.g. --disable-log-stats): reachable, but no data.
+            self._stats = None
+            self._fail("no vllm metrics on the page")
+            return
+        self._has_spec = sample.has_spec_metrics
+        self._stats = self.window.add(now, sample)
+        self._last_success = now
+        self._last_error = None
+        self._failures = 0
+        self._notify()
+
+    def _fail(self, error: str) -> None:
+        self._last_error = error
+        self._failures += 1
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._on_update is not None:
+            try:
+                self._on_update(self.current())
+            except Exception:  # a broken sink must not kill the scraper
+                log.exception("scrape update callback failed")
+
+    async def scrape_once(self) -> None:
+        """One GET + parse. Never raises (errors are recorded in :meth:`current`)."""
+        self._scrapes += 1
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            async with self._session.get(self.url, timeout=timeout, headers=self._headers) as resp:
+                if resp.status != 200:
+                    self._fail(f"http {resp.status}")
+                    return
+                body = await resp.content.read(MAX_PAGE_BYTES + 1)
+            if len(body) > MAX_PAGE_BYTES:
+                self._fail("page too large")
+                return
+            text = body.decode("utf-8", errors="replace")
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self._fail("timeout")
+            return
+        except (aiohttp.ClientError, OSError) as exc:
+            self._fail(f"connect: {type(exc).__name__}")
+            return
+        now = self._clock()
+        try:
+            if len(text) > self._thread_parse_bytes:
+                sample = await asyncio.to_thread(parse_metrics, text, self.model_name)
+            else:
+                sample = parse_metrics(text, self.model_name)
+        except MetricsParseError as exc:
+            self._fail(f"parse: {exc}"[:200])
+            return
+        self._accept(now, sample)
+
+    async def run(self) -> None:
+        """Scrape forever at ``interval_s`` (cancel to stop)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.scrape_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name=f"scrape {self.url}")
+        return self._task
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,41 @@
+"""Telemetry configuration (embedded in the gateway config under ``telemetry``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+
+class TelemetryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: bool = Field(True, description="serve Prometheus metrics on metrics_path")
+    metrics_path: str = Field("/metrics", description="path of the Prometheus endpoint")
+    metrics_key: SecretStr | None = Field(
+        None,
+        description="when set, /metrics requires 'Authorization: Bearer <key>' (Prometheus: "
+        "authorization.credentials)",
+    )
+    process_metrics: bool = Field(True, description="also export process_* and python_* metrics")
+    access_log: bool = Field(True, description="one structured log line per request (logger specgate.access)")
+    log_format: Literal["text", "json"] = Field("text", description="access log as logfmt text or JSON")
+    tracing: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: trace when the standard OTEL_* variables ask for an exporter "
+        "(OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT); off: never",
+    )
+    service_name: str = Field("specgate", description="OpenTelemetry service.name unless OTEL_SERVICE_NAME")
+    known_models: tuple[str, ...] | None = Field(
+        None, description="model label values; any other model is counted as 'other'"
+    )
+    max_label_values: int = Field(
+        64, ge=1, le=10_000, description="distinct values per free label before values fold into 'other'"
+    )
+
+    @field_validator("metrics_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/") or any(c.isspace() for c in v):
+            raise ValueError("metrics_path must start with '/' and contain no whitespace")
+        return v

@@ -1,0 +1,42 @@
+"""Bounded label values: no request ids, no free text, a cap on distinct values."""
+
+from __future__ import annotations
+
+import re
+
+OTHER = "other"
+_SAFE = re.compile(r"[^A-Za-z0-9_.:/@+-]")
+_MAX_LEN = 64
+
+
+def clean(value: object) -> str:
+    """A printable, short label value (characters outside a safe set become ``_``)."""
+    s = str(value)
+    if len(s) > _MAX_LEN:
+        s = s[:_MAX_LEN]
+    return _SAFE.sub("_", s) or "none"
+
+
+class LabelGuard:
+    """Maps values to themselves until ``limit`` distinct values were seen, then to ``other``.
+
+    With ``allowed`` set, only those values pass (plus ``extra``, e.g. ``none``).
+    """
+
+    __slots__ = ("_allowed", "_limit", "_seen")
+
+    def __init__(self, limit: int, allowed: tuple[str, ...] | None = None) -> None:
+        self._limit = limit
+        self._allowed = frozenset(allowed) if allowed is not None else None
+        self._seen: set[str] = set()
+
+    def __call__(self, value: object) -> str:
+        s = clean(value)
+        if self._allowed is not None:
+            return s if s in self._allowed or s == "none" else OTHER
+        if s in self._seen:
+            return s
+        if len(self._seen) < self._limit:
+            self._seen.add(s)
+            return s
+        return OTHER

@@ -1,0 +1,213 @@
+"""The gateway's own Prometheus metrics, in their own :class:`CollectorRegistry`.
+
+Names follow Prometheus conventions (``specgate_`` prefix, base units, ``_total`` counters).
+Every label value passes a :class:`~gateway.telemetry.labels.LabelGuard`, so the number of
+series stays bounded whatever clients send.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.telemetry.labels import LabelGuard, clean
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+TPOT_BUCKETS = (
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.0125,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.5,
+    1.0,
+)
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+SCRAPE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class GatewayMetrics:
+    """All request-path and scrape metrics of one gateway process."""
+
+    def __init__(
+        self,
+        *,
+        known_models: tuple[str, ...] | None = None,
+        max_label_values: int = 64,
+        process_metrics: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.clock = clock
+        r = self.registry
+        self.model = LabelGuard(
+            max_label_values, tuple(clean(m) for m in known_models) if known_models else None
+        )
+        self.engine = LabelGuard(max_label_values)
+        self.reason = LabelGuard(max_label_values)
+        self.error = LabelGuard(max_label_values)
+        self.endpoint = LabelGuard(16)
+        if process_metrics:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+
+        self.requests = Counter(
+            "specgate_requests",
+            "Client requests by model, route, routing reason and HTTP status.",
+            ["model", "endpoint", "route", "reason", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "specgate_time_to_first_token_seconds",
+            "Time from request arrival to the first content token sent to the client.",
+            ["model", "route"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "specgate_time_per_output_token_seconds",
+            "Per-request mean time per output token after the first (gateway's own stream timing).",
+            ["model", "route"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "specgate_request_duration_seconds",
+            "End-to-end request duration as the gateway saw it.",
+            ["model", "route"],
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            "specgate_output_tokens",
+            "Completion tokens served, by model and route.",
+            ["model", "route"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "specgate_prompt_tokens",
+            "Prompt tokens served, by model and route.",
+            ["model", "route"],
+            registry=r,
+        )
+        self.decision = Histogram(
+            "specgate_decision_duration_seconds",
+            "Time the routing policy took to decide one request.",
+            ["model"],
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "specgate_upstream_inflight_requests",
+            "Requests the gateway has in flight on each engine (exact, the gateway's own count).",
+            ["engine"],
+            registry=r,
+        )
+        self.upstream_ttfb = Histogram(
+            "specgate_upstream_time_to_first_byte_seconds",
+            "Time from sending an upstream request to its first response byte.",
+            ["engine"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.upstream_failures = Counter(
+            "specgate_upstream_failures",
+            "Failed upstream attempts by engine and error kind.",
+            ["engine", "error"],
+            registry=r,
+        )
+        self.upstream_retries = Counter(
+            "specgate_upstream_retries",
+            "Failed upstream attempts that were retried (on the same or the sibling engine).",
+            ["engine", "error"],
+            registry=r,
+        )
+        self.scrapes = Counter(
+            "specgate_engine_scrapes",
+            "Scrapes of each engine's /metrics by result (ok or an error kind).",
+            ["engine", "result"],
+            registry=r,
+        )
+        self.scrape_duration = Histogram(
+            "specgate_engine_scrape_duration_seconds",
+            "Duration of successful scrapes of each engine's /metrics.",
+            ["engine"],
+            buckets=SCRAPE_BUCKETS,
+            registry=r,
+        )
+        self._last_scrape_ok: dict[str, float] = {}
+        self._first_scrape: dict[str, float] = {}
+        r.register(_ScrapeAgeCollector(self))
+
+    # -- scraper hook --------------------------------------------------------------------
+    def record_scrape(
+        self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
+    ) -> None:
+        """Called by the engine scraper after each scrape attempt. Never raises."""
+        try:
+            e = self.engine(engine)
+            now = self.clock()
+            self._first_scrape.setdefault(e, now)
+            if ok:
+                self.scrapes.labels(e, "ok").inc()
+                self._last_scrape_ok[e] = now
+                if duration_s is not None and duration_s >= 0:
+                    self.scrape_duration.labels(e).observe(duration_s)
+            else:
+                self.scrapes.labels(e, self.error(error or "error")).inc()
+        except Exception:  # pragma: no cover - telemetry must never break scraping
+            return
+
+    def scrape_ages(self) -> dict[str, float]:
+        """Seconds since each engine's last successful scrape (since its first attempt if none)."""
+        now = self.clock()
+        return {e: now - self._last_scrape_ok.get(e, t0) for e, t0 in self._first_scrape.items()}
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ScrapeAgeCollector(Collector):
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._m = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return [
+            GaugeMetricFamily(
+                "specgate_engine_scrape_age_seconds",
+                "Seconds since the last successful scrape of the engine.",
+            )
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        g = GaugeMetricFamily(
+            "specgate_engine_scrape_age_seconds",
+            "Seconds since the last successful scrape of the engine.",
+            labels=["engine"],
+        )
+        for engine, age in sorted(self._m.scrape_ages().items()):
+            g.add_metric([engine], age)
+        return [g]

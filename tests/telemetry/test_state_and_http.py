@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.routing.types import EngineView, ModelView, PairView, Route, RouteOverride
+from gateway.telemetry import GatewayTelemetry, ModelState, TelemetryConfig, mount_metrics
+from gateway.telemetry.tracing import TracingConfigError, exporter_names, tracing_from_env
+from tests.telemetry.conftest import FakeClock
+
+
+def _view() -> ModelView:
+    spec = EngineView(
+        name="spec-0",
+        route=Route.SPEC,
+        acceptance_rate=0.62,
+        mean_acceptance_length=3.1,
+        per_position=(0.8, 0.6, 0.4),
+        tpot_s=0.012,
+        method="ngram",
+        k=3,
+    )
+    base = EngineView(name="base-0", route=Route.BASE, stale=True, healthy=False, tpot_s=0.02)
+    return ModelView(model="m1", pairs=(PairView(spec=spec, base=base),), pinned=RouteOverride.AUTO)
+
+
+def _samples(tel: GatewayTelemetry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(tel.exposition().decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def test_routing_state_collector_reads_source_at_scrape_time(tel: GatewayTelemetry) -> None:
+    snapshot: dict[str, object] = {
+        "policy": "adaptive",
+        "mode": "speculate",
+        "probe_share": 0.05,
+        "break_even_acceptance": 0.31,
+        "predicted_speedup": 1.7,
+        "hysteresis": 0.1,
+        "note": "strings other than mode/policy are not exported",
+    }
+    calls = []
+
+    def source() -> list[ModelState]:
+        calls.append(1)
+        return [ModelState("m1", _view(), snapshot)]
+
+    tel.set_state_source(source)
+    assert calls == []  # nothing read until a scrape
+    s = _samples(tel)
+    assert calls == [1]
+    assert s[("specgate_spec_acceptance_rate", (("engine", "spec-0"), ("model", "m1")))] == 0.62
+    assert s[("specgate_spec_mean_acceptance_length", (("engine", "spec-0"), ("model", "m1")))] == 3.1
+    assert (
+        s[
+            (
+                "specgate_spec_position_acceptance_rate",
+                (("engine", "spec-0"), ("model", "m1"), ("position", "2")),
+            )
+        ]
+        == 0.4
+    )
+    assert s[("specgate_engine_up", (("engine", "base-0"), ("model", "m1"), ("route", "base")))] == 0
+    assert s[("specgate_engine_stale", (("engine", "base-0"), ("model", "m1"), ("route", "base")))] == 1
+    assert s[("specgate_routing_mode", (("mode", "speculate"), ("model", "m1")))] == 1
+    assert s[("specgate_routing_probe_share", (("model", "m1"),))] == 0.05
+    assert s[("specgate_routing_break_even_acceptance_rate", (("model", "m1"),))] == 0.31
+    assert s[("specgate_routing_predicted_speedup", (("model", "m1"),))] == 1.7
+    assert s[("specgate_routing_state", (("key", "hysteresis"), ("model", "m1")))] == 0.1
+    assert not any(name == "specgate_spec_acceptance_rate" and ("engine", "base-0") in lab for name, lab in s)
+    # The state changes between scrapes: the collector shows the new one.
+    snapshot["mode"] = "fallback"
+    s = _samples(tel)
+    assert ("specgate_routing_mode", (("mode", "fallback"), ("model", "m1"))) in s
+    assert ("specgate_routing_mode", (("mode", "speculate"), ("model", "m1"))) not in s
+
+
+def test_broken_state_source_does_not_break_metrics(tel: GatewayTelemetry) -> None:
+    def source() -> list[ModelState]:
+        raise RuntimeError("boom")
+
+    tel.set_state_source(source)
+    names = {name for name, _ in _samples(tel)}
+    assert "specgate_engine_scrape_age_seconds" not in names  # no scrapes recorded yet
+    assert not any(n.startswith(("specgate_routing_", "specgate_spec_")) for n in names)
+    tel.record_scrape("spec-0", True, 0.01)
+    assert "specgate_engine_scrapes_total" in {name for name, _ in _samples(tel)}
+    assert b"specgate_engine_scrape_age_seconds" in tel.exposition()
+
+
+def test_scrape_metrics_and_staleness(tel: GatewayTelemetry, clock: FakeClock) -> None:
+    tel.record_scrape("spec-0", True, 0.004)
+    tel.record_scrape("base-0", False, error="timeout")
+    clock.advance(7.0)
+    tel.record_scrape("spec-0", False, error="timeout")
+    s = _samples(tel)
+    assert s[("specgate_engine_scrapes_total", (("engine", "spec-0"), ("result", "ok")))] == 1
+    assert s[("specgate_engine_scrapes_total", (("engine", "spec-0"), ("result", "timeout")))] == 1
+    assert s[("specgate_engine_scrape_age_seconds", (("engine", "spec-0"),))] == 7.0
+    # Never scraped successfully: age counts from the first attempt.
+    assert s[("specgate_engine_scrape_age_seconds", (("engine", "base-0"),))] == 7.0
+
+
+async def _client(tel: GatewayTelemetry, **kw: str) -> TestClient[web.Request, web.Application]:
+    app = web.Application()
+    mount_metrics(app, tel, **kw)  # type: ignore[arg-type]
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+async def test_metrics_endpoint_open(tel: GatewayTelemetry) -> None:
+    client = await _client(tel)
+    try:
+        resp = await client.get("/metrics")
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert (
+            "specgate_requests_total" in await resp.text()
+            or "# TYPE specgate_requests counter" in await resp.text()
+        )
+    finally:
+        await client.close()
+
+
+async def test_metrics_endpoint_with_key(clock: FakeClock) -> None:
+    tel = GatewayTelemetry(
+        TelemetryConfig(process_metrics=False, tracing="off", metrics_key="s3cret", metrics_path="/m"),  # type: ignore[arg-type]
+        clock=clock,
+    )
+    client = await _client(tel)
+    try:
+        resp = await client.get("/m")
+        assert resp.status == 401
+        body = await resp.json()
+        assert body["error"]["type"] == "authentication_error"
+        assert (await client.get("/m", headers={"Authorization": "Bearer wrong"})).status == 401
+        ok = await client.get("/m", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status == 200
+        assert "specgate_engine_scrape_age_seconds" in await ok.text()
+    finally:
+        await client.close()
+
+
+def test_otel_env_selection() -> None:
+    assert exporter_names({}) == []
+    assert exporter_names({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}) == ["otlp"]
+    assert exporter_names({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}) == []
+    assert exporter_names({"OTEL_TRACES_EXPORTER": "console,otlp"}) == ["console", "otlp"]
+    assert exporter_names({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}) == []
+    assert not tracing_from_env(env={}).enabled
+    with pytest.raises(TracingConfigError, match="grpc"):
+        tracing_from_env(env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    with pytest.raises(TracingConfigError, match="zipkin"):
+        tracing_from_env(env={"OTEL_TRACES_EXPORTER": "zipkin"})
+    t = tracing_from_env(env={"OTEL_TRACES_EXPORTER": "console"})
+    assert t.enabled
+    t.shutdown()

@@ -12,6 +12,7 @@ from gateway.telemetry.hooks import NullTelemetry, RequestTelemetry, Telemetry
 from gateway.telemetry.http import TELEMETRY_KEY, mount_metrics
 from gateway.telemetry.service import GatewayTelemetry, build_telemetry
 from gateway.telemetry.state import ModelState, StateSource
+from gateway.telemetry.wiring import runtime_state_source, scrape_listener
 
 __all__ = [
     "TELEMETRY_KEY",
@@ -24,4 +25,6 @@ __all__ = [
     "TelemetryConfig",
     "build_telemetry",
     "mount_metrics",
+    "runtime_state_source",
+    "scrape_listener",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -341,7 +341,20 @@ class _Request:
 
 
 def build_telemetry(
-    config: TelemetryConfig | None = None, *, state_source: StateSource | None = None
+    config: TelemetryConfig | Mapping[str, Any] | None = None,
+    *,
+    known_models: Iterable[str] | None = None,
+    state_source: StateSource | None = None,
 ) -> GatewayTelemetry:
-    """The gateway's telemetry as configured (tracing per the ``OTEL_*`` environment)."""
-    return GatewayTelemetry(config, state_source=state_source)
+    """The gateway's telemetry as configured (tracing per the ``OTEL_*`` environment).
+
+    ``config`` is a :class:`TelemetryConfig` or the gateway config's ``telemetry:`` mapping
+    (validated here; unknown keys are an error). ``known_models`` (the configured model
+    names) bounds the ``model`` label unless the config already lists them.
+    """
+    cfg = (
+        config if isinstance(config, TelemetryConfig) else TelemetryConfig.model_validate(dict(config or {}))
+    )
+    if known_models is not None and cfg.known_models is None:
+        cfg = cfg.model_copy(update={"known_models": tuple(known_models)})
+    return GatewayTelemetry(cfg, state_source=state_source)

@@ -1,0 +1,93 @@
+"""Adapters that connect telemetry to the gateway's runtimes and engine scrapers.
+
+Duck-typed on purpose: telemetry reads the runtime objects, it does not import them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
+
+from gateway.routing.types import ModelView
+from gateway.telemetry.state import ModelState, StateSource
+
+log = logging.getLogger("specgate.telemetry")
+
+
+class _PolicyLike(Protocol):
+    def snapshot(self) -> dict[str, object]: ...
+
+
+class ModelRuntimeLike(Protocol):
+    """What the state source reads of a model runtime (``gateway.engines.runtime.ModelRuntime``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def policy(self) -> _PolicyLike: ...
+
+    def view(self, now: float) -> ModelView: ...
+
+
+class ScrapeStateLike(Protocol):
+    @property
+    def last_error(self) -> str | None: ...
+
+
+def runtime_state_source(
+    runtimes: Callable[[], Iterable[ModelRuntimeLike]], clock: Callable[[], float] = time.monotonic
+) -> StateSource:
+    """A state source reading each model runtime's view and policy snapshot at scrape time."""
+
+    def source() -> Iterator[ModelState]:
+        now = clock()
+        for rt in runtimes():
+            try:
+                snap = dict(rt.policy.snapshot())
+            except Exception:
+                log.exception("policy snapshot failed for a model")
+                snap = {}
+            snap.setdefault("policy", getattr(rt.policy, "name", type(rt.policy).__name__))
+            yield ModelState(model=rt.name, view=rt.view(now), policy=snap)
+
+    return source
+
+
+def scrape_error_kind(error: str | None) -> str:
+    """A bounded token for a scraper error string (``timeout``, ``connect``, ``http_5xx``, ...)."""
+    if error is None:
+        return "ok"
+    e = error.strip().lower()
+    if e.startswith("timeout"):
+        return "timeout"
+    if e.startswith("connect"):
+        return "connect"
+    if e.startswith("http"):
+        code = e.removeprefix("http").strip()[:1]
+        return f"http_{code}xx" if code.isdigit() else "http"
+    if e.startswith("parse"):
+        return "parse"
+    if "no vllm" in e:
+        return "no_vllm_metrics"
+    if "too large" in e:
+        return "too_large"
+    return "error"
+
+
+class _Recorder(Protocol):
+    def record_scrape(
+        self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
+    ) -> None: ...
+
+
+def scrape_listener(telemetry: _Recorder, engine: str) -> Callable[[ScrapeStateLike], None]:
+    """An ``on_update`` callback for ``MetricsScraper`` that counts each scrape's result."""
+
+    def on_update(state: ScrapeStateLike) -> None:
+        err = state.last_error
+        telemetry.record_scrape(engine, err is None, None, None if err is None else scrape_error_kind(err))
+
+    return on_update

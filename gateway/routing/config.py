@@ -21,3 +21,55 @@ class RoutingConfig(BaseModel):
     allow_client_override: bool = Field(
         True, description="honour the x-specgate-route: auto|spec|base request header"
     )
+
+    # --- adaptive policy knobs -------------------------------------------------------
+    profile: str = Field(
+        "h200-qwen3-8b", description="calibration profile of step times T(batch, q) used as the prior"
+    )
+    context_tokens: int = Field(1024, ge=1, le=1_000_000, description="context length the profile is read at")
+    margin: float = Field(
+        0.05, ge=0.0, le=2.0, description="speculate only when the predicted speed-up exceeds 1 + margin"
+    )
+    hysteresis: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="band around 1 + margin: a request class leaves speculation below 1 + margin - band "
+        "and comes back above 1 + margin + band",
+    )
+    min_dwell_s: float = Field(
+        5.0, ge=0.0, le=3600.0, description="minimum time between mode flips of a class"
+    )
+    smoothing_s: float = Field(
+        2.0,
+        gt=0.0,
+        le=600.0,
+        description="time constant of the smoothed per-class speed-up that drives the mode",
+    )
+    probe_share: float = Field(
+        0.03, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"
+    )
+    probe_interval_s: float = Field(
+        10.0, gt=0.0, le=3600.0, description="at least one probe per class per interval while in fallback"
+    )
+    marginal_weight: float = Field(
+        1.0,
+        ge=0.0,
+        le=10.0,
+        description="weight of the delay a request imposes on the other requests sharing the device",
+    )
+    prior_tokens_per_step: dict[str, float] = Field(
+        default_factory=dict,
+        description="override of the prior expected tokens per speculative step, per method "
+        "(e.g. {'eagle3': 2.5}); n-gram priors come from the predicted overlap",
+    )
+    learn_half_life_s: float = Field(
+        300.0, gt=0.0, le=86400.0, description="half-life of the learned per-class acceptance"
+    )
+    live_half_life_s: float = Field(
+        3.0, gt=0.0, le=600.0, description="smoothing of the live acceptance and latency corrections"
+    )
+    fit_step_times: bool = Field(
+        True, description="correct the step-time profile by the engines' measured per-token latency"
+    )
+    recent_decisions: int = Field(64, ge=0, le=4096, description="decisions kept for GET /admin/state")

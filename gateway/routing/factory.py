@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.config import RoutingConfig
 from gateway.routing.static import FixedPolicy, TemperaturePolicy
 from gateway.routing.types import Policy, Route
@@ -12,5 +13,6 @@ def build_policy(cfg: RoutingConfig) -> Policy:
         return FixedPolicy(Route.SPEC)
     if cfg.policy == "always-base":
         return FixedPolicy(Route.BASE)
-    # "adaptive" falls back to the temperature rule until the adaptive core is wired in.
+    if cfg.policy == "adaptive":
+        return AdaptivePolicy(cfg)
     return TemperaturePolicy(max_temperature=cfg.max_temperature)

@@ -1,21 +1,157 @@
 """Prompt→answer overlap prediction (how much of the answer will copy the prompt).
 
-Placeholder interface: the adaptive-routing work replaces the body of ``predict_overlap``
-with the real, learning predictor. Signatures are the contract the API layer uses.
+:func:`predict_overlap` is a prior from cheap text features, computed on every request
+before routing. It must be fast: it never tokenizes, it lower-cases only a bounded
+head and tail of the texts, and its work is a handful of substring searches, so its cost
+is flat in the prompt length (``scripts/bench_overlap.py`` measures it).
+
+Features: code fences and code-looking lines, edit verbs ("rewrite", "refactor", "fix",
+"return unchanged", "rename", "add type hints"), extraction verbs ("extract", "quote",
+"list all", "verbatim"), summary verbs, retrieval markers ("context:", "[1]", "sources"),
+the length of pasted context relative to the instruction, and question forms.
+
+The request *kind* is a small bounded vocabulary (:data:`KINDS`), safe as a metric
+label, and is the key under which the adaptive policy learns, online, what acceptance
+requests of that kind really get (:mod:`gateway.routing.acceptance`).
+
+:func:`realised_lookup_acceptance` is the learning signal: after a response, what an
+n-gram proposer would have had accepted on this answer.
 """
 
 from __future__ import annotations
 
 from gateway.text import realised_lookup, tokenize
 
+KINDS: tuple[str, ...] = ("edit", "extract", "summary", "rag", "code", "chat")
+
+# Prior fraction of answer tokens that copy the prompt, per kind (before the length factor).
+KIND_PRIOR: dict[str, float] = {
+    "edit": 0.85,
+    "extract": 0.65,
+    "summary": 0.3,
+    "rag": 0.45,
+    "code": 0.35,
+    "chat": 0.05,
+}
+
+_HEAD = 2048  # chars of the instruction we inspect at its start...
+_TAIL = 1024  # ...and at its end (instructions often come after a pasted document)
+_CTX_PROBE = 4096  # chars of the prompt probed for retrieval markers and code
+
+_EDIT = (
+    "rewrite",
+    "refactor",
+    "rename",
+    "return unchanged",
+    "unchanged",
+    "return the full",
+    "return the whole",
+    "return the complete",
+    "full file",
+    "whole file",
+    "fix the",
+    "fix this",
+    "fix bug",
+    "type hint",
+    "docstring",
+    "add comments",
+    "modify",
+    "edit the",
+    "change the",
+    "replace",
+    "reformat",
+    "convert this",
+    "translate this code",
+    "apply the",
+    "update the code",
+    "update this",
+)
+_EXTRACT = ("extract", "quote", "verbatim", "list all", "list every", "copy the", "find all", "exact words")
+_SUMMARY = ("summar", "tl;dr", "tldr", "key points", "main points", "in brief", "overview of", "condense")
+_RAG = (
+    "context:",
+    "sources:",
+    "source:",
+    "passage",
+    "document [",
+    "[1]",
+    "<doc",
+    "<context",
+    "retrieved",
+    "based on the following",
+    "using the following",
+    "according to the",
+)
+_QUESTION = ("what ", "why ", "how ", "who ", "when ", "which ", "explain", "tell me", "write a", "write me")
+_CODE_MARKERS = ("def ", "class ", "import ", "return ", "function ", "{\n", "};", "#include", "fn ", "=> ")
+
+
+def _window(text: str) -> str:
+    if len(text) <= _HEAD + _TAIL:
+        return text.lower()
+    return (text[:_HEAD] + "\n" + text[-_TAIL:]).lower()
+
+
+def _any(text: str, needles: tuple[str, ...]) -> bool:
+    return any(n in text for n in needles)
+
 
 def predict_overlap(prompt_text: str, instruction_text: str) -> tuple[float, str]:
-    """Return (predicted overlap 0..1, request kind). ``instruction_text`` is the last user turn."""
-    return 0.0, "unknown"
+    """Return (predicted overlap 0..1, request kind). ``instruction_text`` is the last user turn.
+
+    ``prompt_text`` is the whole prompt (all messages); the overlap is the predicted
+    fraction of the answer that copies spans of it.
+    """
+    instr = _window(instruction_text)
+    n_prompt = len(prompt_text)
+    fences = prompt_text.count("```")
+    probe = prompt_text[:_CTX_PROBE]
+    has_code = fences >= 2 or _any(probe, _CODE_MARKERS)
+    # Context pasted beyond the instruction itself (or a long instruction carrying a doc).
+    pasted = max(n_prompt - min(len(instruction_text), 400), 0)
+
+    if _any(instr, _EDIT) and (has_code or pasted > 400):
+        kind = "edit"
+    elif _any(instr, _EXTRACT) and pasted > 200:
+        kind = "extract"
+    elif _any(instr, _SUMMARY) and pasted > 200:
+        kind = "summary"
+    elif _any(instr, _RAG) or _any(probe.lower(), _RAG):
+        kind = "rag" if pasted > 200 else "chat"
+    elif has_code and pasted > 200:
+        kind = "code"
+    else:
+        kind = "chat"
+
+    overlap = KIND_PRIOR[kind]
+    # Copying needs something to copy: scale down when there is little pasted text.
+    if kind != "chat":
+        overlap *= min(1.0, 0.35 + pasted / 2000.0)
+    elif _any(instr, _QUESTION):
+        overlap *= 0.6
+    return round(min(max(overlap, 0.0), 1.0), 4), kind
+
+
+# Bounds on the learning computation (it runs after each response).
+_MAX_PROMPT_CHARS = 64_000
+_MAX_COMPLETION_CHARS = 16_000
 
 
 def realised_lookup_acceptance(prompt_text: str, completion_text: str, *, k: int = 5) -> float | None:
-    """Acceptance rate an n-gram proposer would have realised on this answer, or None."""
-    if not completion_text:
+    """Per-step acceptance an n-gram proposer would have realised on this answer, or None.
+
+    Counts a step with no draft as ``k`` rejected drafts, so ``1 + k * rate`` is the
+    expected number of tokens per speculative step over the *whole* answer (what the
+    routing model needs), not only over drafted steps. Bounded work: at most the last
+    64 000 characters of the prompt and the first 16 000 of the answer are replayed.
+    """
+    if not completion_text or k < 1:
         return None
-    return realised_lookup(tokenize(prompt_text), tokenize(completion_text), k=k).acceptance_rate
+    prompt = prompt_text[-_MAX_PROMPT_CHARS:]
+    answer = tokenize(completion_text[:_MAX_COMPLETION_CHARS])
+    if len(answer) < 2:
+        return None
+    st = realised_lookup(tokenize(prompt), answer, k=k)
+    if st.steps == 0:
+        return None
+    return st.accepted / (st.steps * k)

@@ -1,0 +1,3 @@
+from gateway.workload.export import main
+
+raise SystemExit(main())

@@ -7,12 +7,17 @@ state only when Prometheus scrapes ``/metrics``.
 
 Policy snapshot keys read (all optional; a missing key exports no sample, never a zero):
 
-- ``policy`` (str), ``mode`` (str, e.g. ``speculate`` / ``fallback`` / ``probe``)
+- ``policy`` (str), ``mode`` (str); without ``mode``, the model's mode is derived from
+  ``modes`` (``{class: {"mode": "speculating"|"fallback", "smoothed_speedup": x}}``):
+  ``speculating`` when every class speculates, ``fallback`` when none does, else ``mixed``
 - ``probe_share`` (0..1)
 - ``break_even_acceptance`` (acceptance rate below which speculation stops paying at the
-  current load), ``break_even_acceptance_length`` (the same as a mean acceptance length)
-- ``predicted_speedup`` (>1 favours the speculative engine)
-- any other top-level number is exported as ``specgate_routing_state{key=...}``
+  current load), ``break_even_tokens_per_step`` / ``break_even_acceptance_length`` (the
+  same as a mean acceptance length)
+- ``last_predicted_speedup`` / ``predicted_speedup`` (>1 favours the speculative engine)
+- ``learned`` (``{class: {"tokens_per_step": x}}``)
+- any other number, top-level or one level down in a dict of numbers, is exported as
+  ``specgate_routing_state{key=...}`` (keys bounded)
 """
 
 from __future__ import annotations
@@ -33,10 +38,15 @@ log = logging.getLogger("specgate.telemetry")
 _ALIASES: dict[str, tuple[str, ...]] = {
     "probe_share": ("probe_share",),
     "break_even_acceptance": ("break_even_acceptance", "break_even_acceptance_rate", "break_even_alpha"),
-    "break_even_acceptance_length": ("break_even_acceptance_length", "break_even_al"),
-    "predicted_speedup": ("predicted_speedup", "speedup"),
+    "break_even_acceptance_length": (
+        "break_even_tokens_per_step",
+        "break_even_acceptance_length",
+        "break_even_al",
+    ),
+    "predicted_speedup": ("last_predicted_speedup", "predicted_speedup", "speedup"),
 }
-_NAMED = {k for keys in _ALIASES.values() for k in keys} | {"mode", "policy"}
+_STRUCTURED = {"mode", "policy", "modes", "learned", "reasons", "recent_decisions"}
+_NAMED = {k for keys in _ALIASES.values() for k in keys} | _STRUCTURED
 _MAX_GENERIC_KEYS = 32
 
 
@@ -138,6 +148,21 @@ class _Families:
             "Predicted speculative speed-up for the model's typical request at the current load.",
             labels=["model"],
         )
+        self.class_mode = g(
+            "specgate_routing_class_mode",
+            "Routing mode of each request class (kind/temperature bucket), 1 = active.",
+            labels=["model", "class", "mode"],
+        )
+        self.class_speedup = g(
+            "specgate_routing_class_smoothed_speedup",
+            "Smoothed predicted speculative speed-up of each request class.",
+            labels=["model", "class"],
+        )
+        self.learned = g(
+            "specgate_routing_learned_tokens_per_step",
+            "Learned expected tokens per speculative step of each request class.",
+            labels=["model", "class"],
+        )
         self.generic = g(
             "specgate_routing_state", "Other numeric routing-policy state, by key.", labels=["model", "key"]
         )
@@ -158,6 +183,9 @@ class _Families:
             self.be_acc,
             self.be_al,
             self.speedup,
+            self.class_mode,
+            self.class_speedup,
+            self.learned,
             self.generic,
         ]
 
@@ -169,6 +197,7 @@ class RoutingStateCollector(Collector):
         self.source = source
         self._keys = LabelGuard(_MAX_GENERIC_KEYS)
         self._modes = LabelGuard(max_label_values)
+        self._classes = LabelGuard(max_label_values)
 
     def describe(self) -> Iterable[Metric]:
         return _Families().all()
@@ -204,8 +233,28 @@ class RoutingStateCollector(Collector):
         if isinstance(snap.get("policy"), str):
             fam.policy.add_metric([m, clean(snap["policy"])], 1.0)
         mode = snap.get("mode")
+        classes = snap.get("modes")
+        if isinstance(classes, Mapping):
+            states: list[bool] = []
+            for cls, info in classes.items():
+                if not isinstance(info, Mapping) or not isinstance(info.get("mode"), str):
+                    continue
+                c = self._classes(cls)
+                states.append(info["mode"] == "speculating")
+                fam.class_mode.add_metric([m, c, self._modes(info["mode"])], 1.0)
+                v = _num(info.get("smoothed_speedup"))
+                if v is not None:
+                    fam.class_speedup.add_metric([m, c], v)
+            if not isinstance(mode, str) and states:
+                mode = "speculating" if all(states) else "fallback" if not any(states) else "mixed"
         if isinstance(mode, str):
             fam.mode.add_metric([m, self._modes(mode)], 1.0)
+        learned = snap.get("learned")
+        if isinstance(learned, Mapping):
+            for cls, info in learned.items():
+                v = _num(info.get("tokens_per_step")) if isinstance(info, Mapping) else None
+                if v is not None:
+                    fam.learned.add_metric([m, self._classes(cls)], v)
         for target, name in (
             (fam.probe, "probe_share"),
             (fam.be_acc, "break_even_acceptance"),
@@ -216,9 +265,16 @@ class RoutingStateCollector(Collector):
             if v is not None:
                 target.add_metric([m], v)
         for key, value in snap.items():
+            if key in _NAMED:
+                continue
             v = _num(value)
-            if v is not None and key not in _NAMED:
+            if v is not None:
                 fam.generic.add_metric([m, self._keys(key)], v)
+            elif isinstance(value, Mapping):
+                for sub, subval in value.items():
+                    v = _num(subval)
+                    if v is not None:
+                        fam.generic.add_metric([m, self._keys(f"{key}.{sub}")], v)
 
     @staticmethod
     def _engine(fam: _Families, m: str, ev: EngineView) -> None:

@@ -161,3 +161,30 @@ def test_otel_env_selection() -> None:
     t = tracing_from_env(env={"OTEL_TRACES_EXPORTER": "console"})
     assert t.enabled
     t.shutdown()
+
+
+def test_adaptive_policy_snapshot_is_exported(tel: GatewayTelemetry) -> None:
+    from gateway.routing.adaptive import AdaptivePolicy
+    from gateway.routing.config import RoutingConfig
+    from gateway.routing.types import RequestFeatures
+
+    policy = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    view = _view()
+    live = ModelView(
+        model="m1",
+        pairs=(PairView(spec=view.pairs[0].spec, base=EngineView(name="base-0", route=Route.BASE)),),
+    )
+    for t in range(5):
+        policy.decide(
+            RequestFeatures(model="m1", temperature=0.0, overlap=0.8, kind="code_edit"), live, float(t)
+        )
+    tel.set_state_source(lambda: [ModelState("m1", live, policy.snapshot())])
+    s = _samples(tel)
+    names = {name for name, _ in s}
+    assert ("specgate_routing_policy_info", (("model", "m1"), ("policy", "adaptive"))) in s
+    assert "specgate_routing_break_even_acceptance_length" in names
+    assert "specgate_routing_predicted_speedup" in names
+    assert "specgate_routing_probe_share" in names
+    assert "specgate_routing_class_mode" in names
+    modes = [lab for name, lab in s if name == "specgate_routing_mode"]
+    assert len(modes) == 1 and dict(modes[0])["mode"] in {"speculating", "fallback", "mixed"}

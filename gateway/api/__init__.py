@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP surface of the gateway (aiohttp)."""

@@ -1,0 +1,56 @@
+"""Admin endpoints: ``GET /admin/state`` and ``POST /admin/route``.
+
+Both need an admin key (``server.admin_keys``, separate from client keys). When no
+admin key is configured they answer loopback clients only (403 for anyone else).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiohttp import web
+
+from gateway.api.auth import check_admin
+from gateway.api.errors import ApiError
+from gateway.api.features import parse_json
+from gateway.api.state import STATE
+from gateway.routing.types import RouteOverride
+
+
+async def state(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    check_admin(request, st.config.server.admin_keys)
+    now = time.monotonic()
+    body = {
+        "inflight": st.inflight,
+        "max_concurrency": st.config.server.max_concurrency,
+        "uptime_s": round(time.time() - st.started_at, 3),
+        "models": {name: m.state(now) for name, m in st.models.items()},
+    }
+    return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
+
+
+async def set_route(request: web.Request) -> web.Response:
+    """Pin a model to ``spec`` or ``base`` (hard rules still apply), or back to ``auto``."""
+    st = request.app[STATE]
+    check_admin(request, st.config.server.admin_keys)
+    raw = await request.content.read(64 * 1024 + 1)
+    if len(raw) > 64 * 1024:
+        raise ApiError(413, "admin request body too large", code="request_too_large")
+    body = parse_json(raw)
+    model, route = body.get("model"), body.get("route")
+    if not isinstance(model, str) or model not in st.models:
+        raise ApiError(404, f"unknown model {str(model)[:200]!r}", param="model", code="model_not_found")
+    try:
+        pinned = RouteOverride(route) if isinstance(route, str) else None
+    except ValueError:
+        pinned = None
+    if pinned is None:
+        raise ApiError(400, "'route' must be one of auto, spec, base", param="route", code="invalid_value")
+    previous = st.models[model].pinned
+    st.models[model].pinned = pinned
+    return web.Response(
+        body=json.dumps({"model": model, "route": pinned.value, "previous": previous.value}).encode(),
+        content_type="application/json",
+    )

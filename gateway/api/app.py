@@ -1,0 +1,180 @@
+"""Build the gateway's aiohttp application.
+
+``build_app(config)`` returns an :class:`aiohttp.web.Application` whose startup opens
+one pooled keep-alive session per engine and (when ``scrape.enabled``) starts a
+``/metrics`` scraper and an active health checker per engine; cleanup stops them.
+Run it with ``handler_cancellation=True`` (as ``specgate serve`` and aiohttp's
+``TestServer`` do) so that a client disconnect cancels the handler at once and the
+upstream request is closed while the engine is still working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from gateway.api import admin, routes
+from gateway.api.completions import chat_completions, completions
+from gateway.api.errors import ApiError, error_response
+from gateway.api.headers import REQUEST_ID, request_id
+from gateway.api.state import STATE, GatewayState
+from gateway.config.models import GatewayConfig
+from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.engines.stats import EngineStats
+from gateway.routing.factory import build_policy
+from gateway.routing.types import Policy
+from gateway.telemetry.hooks import NullTelemetry, Telemetry
+
+log = logging.getLogger(__name__)
+
+# Keyword arguments for web.AppRunner / web.run_app that the gateway relies on.
+RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves in OpenAI's shape, with an x-request-id; never a traceback."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == 404:
+            msg = f"no such endpoint: {request.method} {request.path[:200]}"
+        elif exc.status == 405:
+            msg = f"method {request.method} not allowed on {request.path[:200]}"
+        else:
+            msg = exc.reason
+        err = ApiError(exc.status, msg, code=exc.reason.lower().replace(" ", "_"))
+        return error_response(err, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = ApiError(500, "internal gateway error", code="internal_error")
+        return error_response(err, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+
+
+def build_app(
+    config: GatewayConfig,
+    *,
+    telemetry: Telemetry | None = None,
+    policies: Mapping[str, Policy] | None = None,
+) -> web.Application:
+    """The gateway application for ``config``. ``policies`` overrides a model's policy by name."""
+    models: dict[str, ModelRuntime] = {}
+    for m in config.models:
+        policy = (policies or {}).get(m.name) or build_policy(m.routing)
+        models[m.name] = ModelRuntime.from_config(m, policy, stale_after_s=config.scrape.stale_after_s)
+    state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
+
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=[_errors])
+    app[STATE] = state
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", routes.list_models)
+    app.router.add_get("/health", routes.health)
+    app.router.add_get("/ready", routes.ready)
+    app.router.add_get("/metrics", routes.metrics)
+    app.router.add_get("/admin/state", admin.state)
+    app.router.add_post("/admin/route", admin.set_route)
+    app.on_startup.append(_startup)
+    app.on_cleanup.append(_cleanup)
+    return app
+
+
+def _scrape_sink(rt: EngineRuntime) -> Callable[[Any], None]:
+    def update(s: Any) -> None:
+        w = s.stats
+        rt.stats = EngineStats(
+            scraped_at=s.last_success if s.last_success is not None else 0.0,
+            ok=w is not None and s.last_success is not None,
+            error=s.last_error,
+            running=w.running if w else None,
+            waiting=w.waiting if w else None,
+            kv_usage=w.kv_usage if w else None,
+            acceptance_rate=w.acceptance_rate if w else None,
+            mean_acceptance_length=w.mean_acceptance_length if w else None,
+            per_position=tuple(w.per_position) if w and w.per_position else None,
+            tpot_s=w.tpot_s if w else None,
+        )
+
+    return update
+
+
+def _health_sink(rt: EngineRuntime) -> Callable[[bool], None]:
+    def change(healthy: bool) -> None:
+        rt.active_healthy = healthy
+        log.warning("engine %s is %s", rt.name, "up" if healthy else "DOWN (health check)")
+
+    return change
+
+
+def _start_workers(state: GatewayState) -> None:
+    from gateway.engines.health import HealthChecker
+    from gateway.engines.scraper import MetricsScraper
+
+    sc = state.config.scrape
+    for m in state.models.values():
+        for rt in m.engines.values():
+            session = state.pool.session(rt.name)
+            headers = (
+                {"Authorization": "Bearer " + rt.config.api_key.get_secret_value()}
+                if rt.config.api_key
+                else None
+            )
+            scraper = MetricsScraper(
+                session,
+                rt.config.url,
+                model_name=rt.config.served_model_name,
+                interval_s=sc.interval_s,
+                timeout_s=sc.timeout_s,
+                window_s=sc.window_s,
+                stale_after_s=sc.stale_after_s,
+                headers=headers,
+                on_update=_scrape_sink(rt),
+            )
+            checker = HealthChecker(
+                session,
+                rt.config.url,
+                interval_s=sc.interval_s,
+                timeout_s=max(sc.timeout_s, 1.0),
+                on_change=_health_sink(rt),
+            )
+            scraper.start()
+            checker.start()
+            state.workers.extend([scraper, checker])
+
+
+async def _startup(app: web.Application) -> None:
+    state = app[STATE]
+    state.started_at = time.time()
+    state.pool.open(state.engines)
+    if state.config.scrape.enabled:
+        _start_workers(state)
+
+
+async def _cleanup(app: web.Application) -> None:
+    state = app[STATE]
+    for w in state.workers:
+        with contextlib.suppress(Exception):
+            await w.stop()
+    state.workers.clear()
+    pending = list(state.background)
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=2.0)
+        for t in still:
+            t.cancel()
+        if still:
+            await asyncio.wait(still, timeout=1.0)
+    await state.pool.close()

@@ -1,0 +1,176 @@
+"""``specgate serve``: run the gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+
+DESCRIPTION = """\
+Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
+POST /v1/completions, GET /v1/models) in front of paired vLLM engines, plus
+GET /health, GET /ready, GET /metrics, GET /admin/state and POST /admin/route.
+
+Configuration comes from, in increasing priority:
+  1. the YAML file given by --config (or $SPECGATE_CONFIG; without either, the
+     embedded default: model 'qwen3-8b' on a speculative engine at
+     http://127.0.0.1:8101 and a plain one at http://127.0.0.1:8102);
+  2. environment variables SPECGATE_<SECTION>__<FIELD>[__...]=value, with '__'
+     separating nesting levels and list indexes, e.g.
+       SPECGATE_SERVER__PORT=9000
+       SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=120
+       SPECGATE_MODELS__0__ROUTING__POLICY=adaptive
+     plus the shortcuts SPECGATE_API_KEYS=k1,k2 and SPECGATE_ADMIN_KEYS=k1,k2
+     (prefer these to putting keys in files or on the command line);
+  3. the flags below.
+
+Admin endpoints need an admin key; when none is configured they answer loopback
+clients only.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
+    parser.add_argument("--host", help="listen address (server.host; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (server.port; default 8000; 0 = any free port)")
+    parser.add_argument(
+        "--max-concurrency", type=int, help="requests in flight before 429 (server.max_concurrency)"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, help="largest request body before 413 (server.max_body_bytes)"
+    )
+    parser.add_argument(
+        "--policy",
+        choices=["adaptive", "temperature", "always-spec", "always-base"],
+        help="routing policy for every model (models[*].routing.policy)",
+    )
+    parser.add_argument(
+        "--no-scrape",
+        action="store_true",
+        help="do not scrape engines' /metrics and /health (scrape.enabled)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    parser.add_argument(
+        "--log-json", action="store_true", default=None, help="log JSON lines (server.log_json)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="validate the configuration, print it (keys masked) and exit"
+    )
+
+
+def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "server.host": args.host,
+        "server.port": args.port,
+        "server.max_concurrency": args.max_concurrency,
+        "server.max_body_bytes": args.max_body_bytes,
+        "server.log_json": args.log_json,
+    }
+    if args.no_scrape:
+        o["scrape.enabled"] = False
+    if args.policy:
+        for i in range(n_models):
+            o[f"models.{i}.routing.policy"] = args.policy
+    return o
+
+
+def load_from_args(args: argparse.Namespace) -> GatewayConfig:
+    cfg = load_config(args.config, overrides=_overrides(args, 0))
+    if args.policy:
+        cfg = load_config(args.config, overrides=_overrides(args, len(cfg.models)))
+    return cfg
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        rid = getattr(record, "request_id", None)
+        if rid:
+            out["request_id"] = rid
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _setup_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if as_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``."""
+    from aiohttp import web
+
+    from gateway.api.app import RUNNER_KWARGS, build_app
+
+    app = build_app(cfg)
+    runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_grace_s, **RUNNER_KWARGS)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=4096, reuse_address=True)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    addrs = runner.addresses
+    port = addrs[0][1] if addrs else cfg.server.port
+    print(f"specgate listening on http://{cfg.server.host}:{port}", file=sys.stderr, flush=True)
+    logging.getLogger("gateway").info("serving models %s", ", ".join(m.name for m in cfg.models))
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        logging.getLogger("gateway").info("shutting down (grace %.1fs)", cfg.server.shutdown_grace_s)
+        await runner.cleanup()
+
+
+def _masked(cfg: GatewayConfig) -> str:
+    import yaml
+
+    data = cfg.model_dump(mode="json")
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_from_args(args)
+    except ConfigError as exc:
+        print(f"specgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(_masked(cfg))
+        return 0
+    _setup_logging(args.log_level, cfg.server.log_json)
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.Runner()
+    with runner:
+        try:
+            runner.run(serve(cfg))
+        except OSError as exc:
+            print(f"specgate: cannot listen on {cfg.server.host}:{cfg.server.port}: {exc}", file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,76 @@
+"""Header hygiene: request ids and hop-by-hop headers."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+
+from multidict import CIMultiDict
+
+REQUEST_ID = "x-request-id"
+ROUTE = "x-specgate-route"
+REASON = "x-specgate-reason"
+ENGINE = "x-specgate-engine"
+
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+# RFC 9110 §7.6.1 hop-by-hop headers, plus Proxy-* and the ones the gateway sets itself.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+    }
+)
+# Never forwarded upstream: client credentials, framing the gateway recomputes.
+_NOT_UPSTREAM = frozenset(
+    {"authorization", "host", "content-length", "content-encoding", "accept-encoding", "cookie", "expect"}
+)
+# Never copied from the engine's response to the client.
+_NOT_DOWNSTREAM = frozenset(
+    {"content-length", "content-encoding", "server", "date", "set-cookie", "www-authenticate"}
+)
+
+
+def request_id(value: str | None) -> str:
+    """The client's ``x-request-id`` when it is safe (1-128 of [A-Za-z0-9._:-]), else a new one."""
+    if value and _REQUEST_ID_RE.fullmatch(value):
+        return value
+    return uuid.uuid4().hex
+
+
+def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
+    out: set[str] = set()
+    for key, value in headers.items():
+        if key.lower() == "connection":
+            out.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return out
+
+
+def _filtered(items: Iterable[tuple[str, str]], drop: set[str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in items:
+        lk = k.lower()
+        if lk in drop or lk.startswith(("proxy-", "x-specgate-")):
+            continue
+        out.add(k, v)
+    return out
+
+
+def upstream_headers(client: Mapping[str, str]) -> CIMultiDict[str]:
+    """End-to-end client headers to forward (no hop-by-hop, no credentials, no framing)."""
+    drop = set(HOP_BY_HOP) | _NOT_UPSTREAM | _connection_tokens(client) | {REQUEST_ID, "content-type"}
+    return _filtered(client.items(), drop)
+
+
+def downstream_headers(engine: Mapping[str, str]) -> CIMultiDict[str]:
+    """Engine response headers to copy to the client."""
+    drop = set(HOP_BY_HOP) | _NOT_DOWNSTREAM | _connection_tokens(engine) | {REQUEST_ID, "content-type"}
+    return _filtered(engine.items(), drop)

@@ -1,0 +1,82 @@
+"""``GET /v1/models``, ``/health``, ``/ready`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+from aiohttp import web
+
+from gateway.api.auth import bearer_token, check_client, key_matches
+from gateway.api.errors import ApiError
+from gateway.api.state import STATE, GatewayState
+from gateway.engines.runtime import EngineRuntime
+
+READY_CACHE_S = 1.0
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json")
+
+
+async def list_models(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    check_client(request, st.config.server.api_keys)
+    created = int(st.started_at)
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "specgate"} for name in st.models]
+    return _json({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def _probe(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> bool:
+    if rt.draining or not rt.healthy():
+        return False
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with st.pool.session(rt.name).get(rt.config.url + "/health", timeout=timeout) as resp:
+            await resp.read()
+            return resp.status == 200
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False
+
+
+async def ready(request: web.Request) -> web.Response:
+    """200 when every model has at least one engine that answers ``GET /health``."""
+    st = request.app[STATE]
+    now = time.monotonic()
+    cached = st.ready_cache
+    if cached is None or now - cached[0] > READY_CACHE_S:
+        engines = st.engines
+        timeout = min(2.0, st.config.scrape.timeout_s * 2)
+        results = await asyncio.gather(*(_probe(st, rt, timeout) for rt in engines))
+        up = {rt.name: ok for rt, ok in zip(engines, results, strict=True)}
+        models: dict[str, object] = {}
+        all_ok = True
+        for name, m in st.models.items():
+            reachable = [e for e in m.engines if up.get(e)]
+            models[name] = {"ready": bool(reachable), "engines": {e: up.get(e, False) for e in m.engines}}
+            all_ok &= bool(reachable)
+        cached = st.ready_cache = (now, all_ok, models)
+    _, ok, detail = cached
+    return _json({"status": "ready" if ok else "not_ready", "models": detail}, 200 if ok else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    server = st.config.server
+    if server.metrics_require_key:
+        token = bearer_token(request)
+        if not (key_matches(token, server.api_keys) or key_matches(token, server.admin_keys)):
+            raise ApiError(401, "GET /metrics needs an API key", code="invalid_api_key")
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    registry = getattr(st.telemetry, "registry", None) or REGISTRY
+    body = generate_latest(registry)
+    resp = web.Response(body=body)
+    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return resp

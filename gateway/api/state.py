@@ -1,0 +1,41 @@
+"""Typed application state (``web.AppKey``) shared by the handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from gateway.config.models import GatewayConfig
+from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.proxy.pool import UpstreamPool
+from gateway.telemetry.hooks import Telemetry
+
+
+@dataclass
+class GatewayState:
+    config: GatewayConfig
+    models: dict[str, ModelRuntime]
+    telemetry: Telemetry
+    pool: UpstreamPool = field(default_factory=UpstreamPool)
+    inflight: int = 0
+    started_at: float = 0.0
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
+    workers: list[Any] = field(default_factory=list)  # scrapers / health checkers (start/stop)
+    ready_cache: tuple[float, bool, dict[str, object]] | None = None
+
+    @property
+    def engines(self) -> list[EngineRuntime]:
+        return [e for m in self.models.values() for e in m.engines.values()]
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background, keeping a reference until it finishes."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("specgate_state", GatewayState)

@@ -1,0 +1,227 @@
+"""The gateway's configuration schema (pydantic v2).
+
+One YAML file describes the HTTP server, the metric scraper and, per model, the
+engine pairs (a speculative and a plain vLLM engine sharing one device), timeouts,
+retry policy and the routing policy. Every section forbids unknown keys so that a
+typo is an error, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from gateway.routing.config import RoutingConfig
+
+SpecMethod = Literal[
+    "ngram",
+    "ngram_gpu",
+    "suffix",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "medusa",
+    "mlp_speculator",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME_RE.fullmatch(value):
+        raise ValueError(
+            f"{what} must be 1-128 characters of letters, digits, '.', '_', ':' or '-' "
+            f"(starting with a letter or digit), got {value!r}"
+        )
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ServerConfig(_Strict):
+    host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 for all interfaces)")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="largest accepted request body; larger gets 413"
+    )
+    max_concurrency: int = Field(
+        1024, ge=1, description="requests in flight at once; beyond it clients get 429 + Retry-After"
+    )
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="client keys for 'Authorization: Bearer <key>'; empty disables client auth",
+    )
+    admin_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="keys for /admin/*; when empty, admin endpoints answer loopback clients only",
+    )
+    metrics_require_key: bool = Field(False, description="require a client or admin key for GET /metrics")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0.0, le=3600.0, description="on SIGTERM, time given to requests in flight"
+    )
+    log_json: bool = Field(False, description="log JSON lines instead of text")
+    log_payloads: bool = Field(
+        False, description="never on by default: would log prompt and completion text at DEBUG"
+    )
+
+    @field_validator("api_keys", "admin_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    @field_validator("api_keys", "admin_keys")
+    @classmethod
+    def _non_empty_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
+        for key in v:
+            raw = key.get_secret_value()
+            if len(raw) < 8 or any(c.isspace() for c in raw):
+                raise ValueError("every key must be at least 8 characters without whitespace")
+        return v
+
+
+class ScrapeConfig(_Strict):
+    enabled: bool = Field(True, description="scrape each engine's /metrics and /health")
+    interval_s: float = Field(1.0, gt=0.0, le=60.0)
+    timeout_s: float = Field(0.5, gt=0.0, le=60.0)
+    stale_after_s: float = Field(5.0, gt=0.0, le=3600.0, description="older scraped data is 'unknown'")
+    window_s: float = Field(10.0, gt=0.0, le=3600.0, description="window of the counter deltas")
+
+
+class EngineConfig(_Strict):
+    name: str = Field(description="unique engine name (used in metrics, headers, admin)")
+    url: str = Field(description="base URL of the vLLM OpenAI server, e.g. http://10.0.0.5:8000")
+    served_model_name: str = Field(description="the model name this engine expects in requests")
+    api_key: SecretStr | None = Field(None, description="sent upstream as 'Authorization: Bearer'")
+    # Declared --speculative-config of a speculative engine; None on a plain engine.
+    method: SpecMethod | None = None
+    k: int = Field(0, ge=0, le=64, description="num_speculative_tokens")
+    prompt_lookup_min: int | None = Field(None, ge=1, le=64)
+    prompt_lookup_max: int | None = Field(None, ge=1, le=64)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "engine name")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        m = re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", v)
+        if not m:
+            raise ValueError(f"must be an http(s) base URL like http://host:port, got {v!r}")
+        if v.endswith("/v1"):
+            raise ValueError("give the server's base URL without the /v1 suffix")
+        return v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served(cls, v: str) -> str:
+        if not v or len(v) > 256 or any(c.isspace() for c in v):
+            raise ValueError("must be a non-empty name without whitespace (≤256 characters)")
+        return v
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> EngineConfig:
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError("prompt_lookup_min must be ≤ prompt_lookup_max")
+        return self
+
+
+class PairConfig(_Strict):
+    device: str = Field("gpu0", description="engines of a pair share this device timeline")
+    spec: EngineConfig
+    base: EngineConfig
+
+    @model_validator(mode="after")
+    def _roles(self) -> PairConfig:
+        if self.spec.method is None:
+            raise ValueError("spec engine must declare its speculative 'method' (e.g. ngram)")
+        if self.spec.k < 1:
+            raise ValueError("spec engine must declare k ≥ 1 (num_speculative_tokens)")
+        if self.base.method is not None or self.base.k != 0:
+            raise ValueError("base engine is the plain one: it must not declare 'method' or 'k'")
+        if self.spec.method in ("ngram", "ngram_gpu"):
+            if self.spec.prompt_lookup_min is None:
+                self.spec.prompt_lookup_min = 2 if self.spec.prompt_lookup_max is None else 1
+            if self.spec.prompt_lookup_max is None:
+                self.spec.prompt_lookup_max = max(5, self.spec.prompt_lookup_min)
+        return self
+
+
+class TimeoutsConfig(_Strict):
+    connect_s: float = Field(2.0, gt=0.0, le=600.0, description="TCP connect to an engine")
+    first_byte_s: float = Field(
+        60.0,
+        gt=0.0,
+        le=3600.0,
+        description="streaming: until the first event; non-streaming answers are bounded by total_s",
+    )
+    idle_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest silence between stream events")
+    total_s: float = Field(600.0, gt=0.0, le=86400.0, description="whole request")
+
+    @model_validator(mode="after")
+    def _order(self) -> TimeoutsConfig:
+        if self.first_byte_s > self.total_s:
+            raise ValueError("first_byte_s must be ≤ total_s")
+        return self
+
+
+class RetryConfig(_Strict):
+    on_sibling: bool = Field(
+        True, description="retry once on the pair's other engine when one fails before the first byte"
+    )
+    failures_to_unhealthy: int = Field(
+        3, ge=1, le=1000, description="consecutive connect/5xx failures that mark an engine down"
+    )
+    cooldown_s: float = Field(5.0, ge=0.0, le=3600.0, description="how long a failed engine stays down")
+
+
+class ModelConfig(_Strict):
+    name: str = Field(description="the model name clients use")
+    pairs: list[PairConfig] = Field(min_length=1)
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "model name")
+
+
+class GatewayConfig(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
+    models: list[ModelConfig] = Field(min_length=1)
+    # Free-form section read by the telemetry layer (exporters, sampling).
+    telemetry: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique(self) -> GatewayConfig:
+        seen_models: set[str] = set()
+        seen_engines: set[str] = set()
+        for m in self.models:
+            if m.name in seen_models:
+                raise ValueError(f"model name {m.name!r} appears twice")
+            seen_models.add(m.name)
+            for p in m.pairs:
+                for e in (p.spec, p.base):
+                    if e.name in seen_engines:
+                        raise ValueError(f"engine name {e.name!r} appears twice")
+                    seen_engines.add(e.name)
+        return self
+
+    def model(self, name: str) -> ModelConfig | None:
+        for m in self.models:
+            if m.name == name:
+                return m
+        return None

@@ -1,0 +1,203 @@
+"""Live state of the engines behind the gateway.
+
+:class:`EngineRuntime` holds one engine's exact in-flight count (kept by the proxy),
+its passive health (consecutive connect/5xx failures take it out for a cooldown; one
+success brings it back), the active health flag set by the health checker, a draining
+flag, and the latest scraped :class:`~gateway.engines.stats.EngineStats`. It turns all
+that into the immutable :class:`~gateway.routing.types.EngineView` the routing core
+reads. :class:`ModelRuntime` groups a model's pairs, its policy and its pinned route.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from gateway.config.models import EngineConfig, ModelConfig
+from gateway.engines.stats import EngineStats
+from gateway.routing.types import EngineView, ModelView, PairView, Policy, Route, RouteOverride
+
+Clock = Callable[[], float]
+
+
+class EngineRuntime:
+    def __init__(
+        self,
+        config: EngineConfig,
+        route: Route,
+        *,
+        device: str = "",
+        failures_to_unhealthy: int = 3,
+        cooldown_s: float = 5.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.route = route
+        self.device = device
+        self.failures_to_unhealthy = failures_to_unhealthy
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self.inflight = 0
+        self.draining = False
+        self.stats: EngineStats | None = None
+        self.active_healthy = True  # set by the active health checker
+        self.consecutive_failures = 0
+        self.down_until: float | None = None
+        self.total_requests = 0
+        self.total_failures = 0
+        self.last_error: str | None = None
+
+    # -- in-flight accounting --------------------------------------------------------
+    @contextmanager
+    def track(self) -> Iterator[None]:
+        """Count one request in flight on this engine for the duration of the block."""
+        self.inflight += 1
+        self.total_requests += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+
+    # -- passive health --------------------------------------------------------------
+    def record_success(self) -> None:
+        self.consecutive_failures = 0
+        self.down_until = None
+
+    def record_failure(self, error: str, now: float | None = None) -> None:
+        """A connect error, 5xx or timeout before the first byte."""
+        now = self._clock() if now is None else now
+        self.total_failures += 1
+        self.consecutive_failures += 1
+        self.last_error = error
+        if self.consecutive_failures >= self.failures_to_unhealthy:
+            self.down_until = now + self.cooldown_s
+
+    def passive_healthy(self, now: float) -> bool:
+        return self.down_until is None or now >= self.down_until
+
+    def healthy(self, now: float | None = None) -> bool:
+        now = self._clock() if now is None else now
+        return self.active_healthy and self.passive_healthy(now)
+
+    # -- views -----------------------------------------------------------------------
+    def view(self, now: float, stale_after_s: float) -> EngineView:
+        s = self.stats
+        stale = s is None or not s.ok or now - s.scraped_at > stale_after_s
+        fresh = None if stale else s
+        return EngineView(
+            name=self.name,
+            route=self.route,
+            healthy=self.healthy(now),
+            draining=self.draining,
+            stale=stale,
+            inflight=self.inflight,
+            running=fresh.running if fresh else None,
+            waiting=fresh.waiting if fresh else None,
+            kv_usage=fresh.kv_usage if fresh else None,
+            acceptance_rate=fresh.acceptance_rate if fresh else None,
+            mean_acceptance_length=fresh.mean_acceptance_length if fresh else None,
+            per_position=fresh.per_position if fresh else None,
+            tpot_s=fresh.tpot_s if fresh else None,
+            method=self.config.method,
+            k=self.config.k,
+        )
+
+    def state(self, now: float) -> dict[str, object]:
+        """JSON-ready state for GET /admin/state."""
+        return {
+            "name": self.name,
+            "route": self.route.value,
+            "device": self.device,
+            "url": self.config.url,
+            "served_model_name": self.config.served_model_name,
+            "method": self.config.method,
+            "k": self.config.k,
+            "inflight": self.inflight,
+            "healthy": self.healthy(now),
+            "active_healthy": self.active_healthy,
+            "passive_down_for_s": max(0.0, self.down_until - now) if self.down_until is not None else 0.0,
+            "consecutive_failures": self.consecutive_failures,
+            "draining": self.draining,
+            "total_requests": self.total_requests,
+            "total_failures": self.total_failures,
+            "last_error": self.last_error,
+            "stats": self.stats.as_dict() if self.stats is not None else None,
+        }
+
+
+@dataclass(slots=True)
+class PairRuntime:
+    spec: EngineRuntime
+    base: EngineRuntime
+    device: str = ""
+
+
+@dataclass
+class ModelRuntime:
+    config: ModelConfig
+    pairs: list[PairRuntime]
+    policy: Policy
+    stale_after_s: float = 5.0
+    pinned: RouteOverride = RouteOverride.AUTO
+    engines: dict[str, EngineRuntime] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.pairs:
+            self.engines[p.spec.name] = p.spec
+            self.engines[p.base.name] = p.base
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, policy: Policy, *, stale_after_s: float = 5.0, clock: Clock = time.monotonic
+    ) -> ModelRuntime:
+        def make(e: EngineConfig, route: Route, device: str) -> EngineRuntime:
+            return EngineRuntime(
+                e,
+                route,
+                device=device,
+                failures_to_unhealthy=config.retry.failures_to_unhealthy,
+                cooldown_s=config.retry.cooldown_s,
+                clock=clock,
+            )
+
+        pairs = [
+            PairRuntime(make(p.spec, Route.SPEC, p.device), make(p.base, Route.BASE, p.device), p.device)
+            for p in config.pairs
+        ]
+        return cls(config=config, pairs=pairs, policy=policy, stale_after_s=stale_after_s)
+
+    def view(self, now: float) -> ModelView:
+        return ModelView(
+            model=self.config.name,
+            pairs=tuple(
+                PairView(
+                    spec=p.spec.view(now, self.stale_after_s),
+                    base=p.base.view(now, self.stale_after_s),
+                    device=p.device,
+                )
+                for p in self.pairs
+            ),
+            pinned=self.pinned,
+        )
+
+    def state(self, now: float) -> dict[str, object]:
+        try:
+            policy_state = self.policy.snapshot()
+        except Exception as exc:  # a policy bug must not break the admin endpoint
+            policy_state = {"error": f"snapshot failed: {type(exc).__name__}"}
+        return {
+            "model": self.config.name,
+            "policy": getattr(self.policy, "name", type(self.policy).__name__),
+            "pinned": self.pinned.value,
+            "pairs": [
+                {"device": p.device, "spec": p.spec.state(now), "base": p.base.state(now)} for p in self.pairs
+            ],
+            "policy_state": policy_state,
+        }

@@ -1,0 +1,1 @@
+"""The upstream side of the gateway: pooled sessions, attempts with failover, SSE relay."""

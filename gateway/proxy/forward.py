@@ -1,0 +1,444 @@
+"""Forward one request to its engine: attempts with failover, then relay to the client.
+
+Rules:
+- an attempt that fails before any byte reached the client (connect error, 5xx,
+  timeout waiting for the response or the first stream event) is retried once on the
+  decision's fallback engine, when there is one and retries are enabled;
+- once bytes reached the client nothing is retried: a stream that breaks gets an
+  ``data: {"error": ...}`` event, then ``data: [DONE]``;
+- a client that goes away closes the upstream response at once (the engine sees the
+  connection drop and aborts the request);
+- every wait is bounded: connect, first byte, idle between events, total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.api.errors import ApiError, error_body
+from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_headers, upstream_headers
+from gateway.config.models import ModelConfig
+from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.pool import UpstreamPool
+from gateway.proxy.sse import DONE, Harvest, error_event, model_patterns, rewrite_model
+from gateway.routing.types import Decision, Route
+from gateway.telemetry.hooks import RequestTelemetry
+
+log = logging.getLogger(__name__)
+
+MAX_UPSTREAM_BODY = 64 * 1024 * 1024
+MAX_ERROR_BODY = 64 * 1024
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+class _Retryable(Exception):
+    """An attempt failed before any byte reached the client."""
+
+    def __init__(self, error: str, response: web.StreamResponse) -> None:
+        super().__init__(error)
+        self.error = error
+        self.response = response  # what the client gets if no retry happens
+
+
+@dataclass(slots=True)
+class ProxyResult:
+    response: web.StreamResponse
+    engine: str | None = None
+    route: Route | None = None
+    reason: str | None = None
+    status: int = 0
+    ok: bool = False
+    error: str | None = None
+    retried: bool = False
+    harvest: Harvest = field(default_factory=Harvest)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+
+@dataclass(slots=True)
+class ProxyCall:
+    request: web.Request
+    body: dict[str, Any]
+    endpoint: str
+    client_model: str
+    stream: bool
+    include_usage: bool
+    decision: Decision
+    model: ModelConfig
+    engines: Mapping[str, EngineRuntime]
+    pool: UpstreamPool
+    telemetry: RequestTelemetry
+    request_id: str
+    started: float = field(default_factory=time.monotonic)
+
+    async def run(self) -> ProxyResult:
+        d = self.decision
+        candidates = [d.engine]
+        if d.fallback and d.fallback != d.engine and self.model.retry.on_sibling:
+            candidates.append(d.fallback)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.model.timeouts.total_s
+        result = ProxyResult(response=web.Response())
+        for attempt, name in enumerate(candidates):
+            rt = self.engines[name]
+            last = attempt == len(candidates) - 1
+            result.engine, result.route = name, rt.route
+            result.reason = d.reason if attempt == 0 else "failover"
+            try:
+                with rt.track():
+                    await self._attempt(rt, attempt, deadline, result)
+                return result
+            except _Retryable as exc:
+                self.telemetry.upstream_failed(name, exc.error, not last)
+                log.warning(
+                    "engine %s failed before the first byte (%s)%s",
+                    name,
+                    exc.error,
+                    "; retrying on " + candidates[attempt + 1] if not last else "",
+                    extra={"request_id": self.request_id},
+                )
+                result.error = exc.error
+                result.status = exc.response.status
+                result.response = exc.response
+                result.retried = attempt > 0
+                if last:
+                    return result
+        return result  # pragma: no cover - loop always returns
+
+    # -- one attempt -------------------------------------------------------------------
+    def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
+        h: CIMultiDict[str] = CIMultiDict()
+        h[REQUEST_ID] = self.request_id
+        h[ROUTE] = rt.route.value
+        h[REASON] = reason or ""
+        h[ENGINE] = rt.name
+        return h
+
+    def _payload(self, rt: EngineRuntime) -> bytes:
+        body = dict(self.body)
+        body["model"] = rt.config.served_model_name
+        if self.stream and not self.include_usage:
+            opts = body.get("stream_options")
+            body["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _fail(
+        self, rt: EngineRuntime, error: str, status: int, message: str, reason: str | None
+    ) -> _Retryable:
+        rt.record_failure(error)
+        code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
+        err = ApiError(status, message, code=code)
+        headers = self._client_headers(rt, reason)
+        resp = web.Response(
+            status=status,
+            body=json.dumps(err.body()).encode(),
+            content_type="application/json",
+            headers=headers,
+        )
+        return _Retryable(error, resp)
+
+    async def _attempt(self, rt: EngineRuntime, attempt: int, deadline: float, result: ProxyResult) -> None:
+        loop = asyncio.get_running_loop()
+        t = self.model.timeouts
+        headers = upstream_headers(self.request.headers)
+        headers[REQUEST_ID] = self.request_id
+        headers["Content-Type"] = "application/json"
+        if rt.config.api_key is not None:
+            headers["Authorization"] = "Bearer " + rt.config.api_key.get_secret_value()
+        try:
+            headers.update(self.telemetry.upstream_started(rt.name, attempt))
+        except Exception:
+            log.exception("telemetry upstream_started failed")
+        url = rt.config.url + _PATHS[self.endpoint]
+        first_deadline = min(deadline, loop.time() + t.first_byte_s) if self.stream else deadline
+        session = self.pool.session(rt.name)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, connect=t.connect_s)
+        resp: aiohttp.ClientResponse | None = None
+        reason = result.reason
+        try:
+            try:
+                async with asyncio.timeout_at(first_deadline):
+                    resp = await session.post(url, data=self._payload(rt), headers=headers, timeout=timeout)
+            except aiohttp.ConnectionTimeoutError:
+                raise self._fail(
+                    rt, "connect_timeout", 502, f"engine {rt.name} did not accept the connection", reason
+                ) from None
+            except TimeoutError:
+                raise self._fail(
+                    rt, "first_byte_timeout", 504, f"engine {rt.name} did not answer in time", reason
+                ) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise self._fail(
+                    rt, "connect", 502, f"engine {rt.name} is unreachable ({type(exc).__name__})", reason
+                ) from None
+
+            if resp.status >= 500:
+                await self._engine_5xx(rt, resp, reason, first_deadline)
+            rt.record_success()
+            try:
+                self.telemetry.upstream_first_byte(rt.name)
+            except Exception:
+                log.exception("telemetry upstream_first_byte failed")
+            ctype = resp.headers.get("Content-Type", "")
+            if resp.status == 200 and ctype.startswith("text/event-stream"):
+                await self._relay_stream(rt, resp, first_deadline, deadline, result)
+            else:
+                await self._relay_body(rt, resp, deadline, result)
+        finally:
+            if resp is not None:
+                # Keep the connection only when the engine's response was read to the end;
+                # otherwise closing it is what tells the engine to abort the request.
+                if resp.content.is_eof():
+                    resp.release()
+                else:
+                    resp.close()
+
+    async def _engine_5xx(
+        self, rt: EngineRuntime, resp: aiohttp.ClientResponse, reason: str | None, until: float
+    ) -> None:
+        """A 5xx before any byte reached the client: retryable; the engine's body is kept."""
+        rt.record_failure(f"status_{resp.status}")
+        body = b""
+        try:
+            async with asyncio.timeout_at(until):
+                body = await resp.content.read(MAX_ERROR_BODY)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            pass
+        headers = self._client_headers(rt, reason)
+        headers.update(downstream_headers(resp.headers))
+        if _is_json_error(body):
+            out = web.Response(
+                status=resp.status, body=body, content_type="application/json", headers=headers
+            )
+        else:
+            out = web.Response(
+                status=resp.status,
+                body=json.dumps(
+                    error_body(
+                        f"engine {rt.name} failed with HTTP {resp.status}",
+                        "upstream_error",
+                        "upstream_error",
+                        None,
+                    )
+                ).encode(),
+                content_type="application/json",
+                headers=headers,
+            )
+        raise _Retryable("status_5xx", out)
+
+    # -- non-streaming ---------------------------------------------------------------
+    async def _relay_body(
+        self, rt: EngineRuntime, resp: aiohttp.ClientResponse, deadline: float, result: ProxyResult
+    ) -> None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                data = await resp.content.read(MAX_UPSTREAM_BODY + 1)
+                while len(data) <= MAX_UPSTREAM_BODY and not resp.content.at_eof():
+                    more = await resp.content.read(MAX_UPSTREAM_BODY + 1 - len(data))
+                    if not more:
+                        break
+                    data += more
+        except TimeoutError:
+            raise self._fail(
+                rt, "total_timeout", 504, f"engine {rt.name} did not finish in time", result.reason
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                rt,
+                "disconnected",
+                502,
+                f"engine {rt.name} dropped the response ({type(exc).__name__})",
+                result.reason,
+            ) from None
+        if len(data) > MAX_UPSTREAM_BODY:
+            raise self._fail(
+                rt, "too_large", 502, f"engine {rt.name} sent an oversized response", result.reason
+            )
+        headers = self._client_headers(rt, result.reason)
+        headers.update(downstream_headers(resp.headers))
+        ctype = resp.headers.get("Content-Type", "application/json")
+        if ctype.startswith("application/json"):
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                result.harvest.take(obj)
+                if resp.status == 200:
+                    data = rewrite_model(
+                        data,
+                        model_patterns(rt.config.served_model_name, self.client_model),
+                        obj,
+                        self.client_model,
+                    )
+        headers["Content-Type"] = ctype
+        result.response = web.Response(status=resp.status, body=data, headers=headers)
+        result.status = resp.status
+        result.ok = resp.status == 200 and result.harvest.error is None
+        if resp.status != 200:
+            result.error = f"status_{resp.status}"
+
+    # -- streaming ---------------------------------------------------------------------
+    async def _relay_stream(
+        self,
+        rt: EngineRuntime,
+        resp: aiohttp.ClientResponse,
+        first_deadline: float,
+        deadline: float,
+        result: ProxyResult,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        t = self.model.timeouts
+        content = resp.content
+        # Wait for the first bytes before answering the client: until then a failure
+        # can still move the request to the sibling engine.
+        try:
+            async with asyncio.timeout_at(first_deadline):
+                chunk = await content.readany()
+        except TimeoutError:
+            raise self._fail(
+                rt, "first_byte_timeout", 504, f"engine {rt.name} sent no event in time", result.reason
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                rt,
+                "disconnected",
+                502,
+                f"engine {rt.name} dropped the stream ({type(exc).__name__})",
+                result.reason,
+            ) from None
+        if not chunk:
+            raise self._fail(rt, "disconnected", 502, f"engine {rt.name} closed the stream", result.reason)
+
+        out = web.StreamResponse(status=200, headers=self._client_headers(rt, result.reason))
+        out.headers.update(downstream_headers(resp.headers))
+        out.content_type = "text/event-stream"
+        out.headers["Cache-Control"] = "no-cache"
+        out.headers["X-Accel-Buffering"] = "no"
+        result.response = out
+        result.status = 200
+        await out.prepare(self.request)
+
+        patterns = model_patterns(rt.config.served_model_name, self.client_model)
+        harvest = result.harvest
+        swallow_usage = not self.include_usage
+        buf = b""
+        saw_done = False
+        broken: str | None = None
+        try:
+            async with asyncio.timeout(None) as tm:
+                while True:
+                    buf += chunk
+                    parts = buf.split(b"\n\n")
+                    buf = parts.pop()
+                    if parts:
+                        pieces: list[bytes] = []
+                        for ev in parts:
+                            piece, done = self._event(ev, patterns, harvest, swallow_usage, result, loop)
+                            if piece:
+                                pieces.append(piece)
+                            saw_done = saw_done or done
+                        if pieces:
+                            await out.write(b"".join(pieces))
+                    if saw_done:
+                        break
+                    tm.reschedule(min(deadline, loop.time() + t.idle_s))
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
+        except TimeoutError:
+            broken = "total_timeout" if loop.time() >= deadline else "idle_timeout"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectionResetError):
+                raise  # the client went away (raised by our write)
+            broken = "disconnected"
+        if broken is None and not saw_done:
+            if buf.strip():
+                piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop)
+                if piece:
+                    await out.write(piece)
+            if not saw_done and harvest.error is None:
+                broken = "truncated"
+        if broken is not None:
+            rt.record_failure(broken)
+            result.error = broken
+            try:
+                self.telemetry.upstream_failed(rt.name, broken, False)
+            except Exception:
+                log.exception("telemetry upstream_failed failed")
+            msg = {
+                "idle_timeout": f"engine {rt.name} stalled mid-stream",
+                "total_timeout": "request exceeded its total time limit",
+            }.get(broken, f"engine {rt.name} broke off the stream")
+            await out.write(error_event(msg, 504 if "timeout" in broken else 502) + DONE)
+        elif not saw_done:
+            await out.write(DONE)  # the engine sent an error event and stopped
+        await out.write_eof()
+        if saw_done:
+            await _drain(content)
+        result.ok = broken is None and harvest.error is None
+        if harvest.error is not None and result.error is None:
+            result.error = harvest.error
+
+    def _event(
+        self,
+        ev: bytes,
+        patterns: list[tuple[bytes, bytes]],
+        harvest: Harvest,
+        swallow_usage: bool,
+        result: ProxyResult,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[bytes, bool]:
+        """One SSE event → (bytes to send, saw [DONE])."""
+        if ev.startswith(b"data:"):
+            data = ev[5:].strip()
+            if data == b"[DONE]":
+                return DONE, True
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                return ev + b"\n\n", False
+            if not isinstance(obj, dict):
+                return ev + b"\n\n", False
+            if harvest.take(obj):
+                now = time.monotonic()
+                if result.first_token_at is None:
+                    result.first_token_at = now
+                    try:
+                        self.telemetry.first_token()
+                    except Exception:
+                        log.exception("telemetry first_token failed")
+                result.last_token_at = now
+            if swallow_usage and obj.get("choices") == [] and "usage" in obj:
+                return b"", False
+            return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
+        return ev + b"\n\n", False
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    """Read the end of a finished stream (the chunked terminator) so the connection is reused."""
+    try:
+        async with asyncio.timeout(1.0):
+            for _ in range(4):
+                if content.is_eof() or not await content.readany():
+                    return
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return
+
+
+def _is_json_error(body: bytes) -> bool:
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "error" in obj

@@ -1,0 +1,102 @@
+"""Server-sent events as vLLM emits them: split, inspect and rewrite, event by event."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+MAX_COMPLETION_CHARS = 32 * 1024  # completion text kept for learning
+
+
+def model_patterns(served: str, client: str) -> list[tuple[bytes, bytes]]:
+    """Byte patterns of the ``model`` field as JSON encoders write it, and their replacement."""
+    s, c = json.dumps(served), json.dumps(client)
+    return [
+        (f'"model":{s}'.encode(), f'"model":{c}'.encode()),
+        (f'"model": {s}'.encode(), f'"model": {c}'.encode()),
+    ]
+
+
+def rewrite_model(
+    data: bytes, patterns: list[tuple[bytes, bytes]], obj: dict[str, Any], client: str
+) -> bytes:
+    """``data`` (the JSON text of ``obj``) with the top-level model renamed to ``client``."""
+    if "model" not in obj:
+        return data
+    for old, new in patterns:
+        if old in data:
+            return data.replace(old, new, 1)
+    obj["model"] = client
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(slots=True)
+class Harvest:
+    """What the gateway learns from a response as it passes through."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    content_events: int = 0
+    text_parts: list[str] = field(default_factory=list)
+    text_chars: int = 0
+    reported_acceptance_rate: float | None = None
+    reported_mean_acceptance_length: float | None = None
+    error: str | None = None
+
+    def add_text(self, text: str) -> None:
+        if text and self.text_chars < MAX_COMPLETION_CHARS:
+            part = text[: MAX_COMPLETION_CHARS - self.text_chars]
+            self.text_parts.append(part)
+            self.text_chars += len(part)
+
+    @property
+    def completion_text(self) -> str:
+        return "".join(self.text_parts)
+
+    def take(self, obj: dict[str, Any]) -> bool:
+        """Inspect one response object (a stream chunk or a whole body). True if it carried content."""
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(pt, int):
+                self.prompt_tokens = pt
+            if isinstance(ct, int):
+                self.completion_tokens = ct
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict):
+            sd = metrics.get("speculative_decoding")
+            if isinstance(sd, dict):
+                rate, al = sd.get("draft_acceptance_rate"), sd.get("mean_acceptance_length")
+                if isinstance(rate, int | float) and not isinstance(rate, bool):
+                    self.reported_acceptance_rate = float(rate)
+                if isinstance(al, int | float) and not isinstance(al, bool):
+                    self.reported_mean_acceptance_length = float(al)
+        err = obj.get("error")
+        if err is not None:
+            self.error = "engine_error"
+        got = False
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            for c in choices:
+                if not isinstance(c, dict):
+                    continue
+                text: Any = None
+                delta = c.get("delta")
+                if isinstance(delta, dict):
+                    text = delta.get("content")
+                else:
+                    msg = c.get("message")
+                    text = msg.get("content") if isinstance(msg, dict) else c.get("text")
+                if isinstance(text, str) and text:
+                    got = True
+                    self.add_text(text)
+        if got:
+            self.content_events += 1
+        return got
+
+
+def error_event(message: str, code: int = 502, type_: str = "upstream_error") -> bytes:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -1,0 +1,170 @@
+"""A small, controllable OpenAI-speaking upstream for precise wire tests.
+
+Each :class:`FakeEngine` is an aiohttp app (run it in a ``TestServer``) that records
+every request and behaves as its fields say: answer, stream with a gate after the
+first event, fail with a status, hang, or die mid-stream. Events let tests wait for
+exactly the moment they care about (first event sent, request seen, abort seen).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeEngine:
+    served: str
+    tokens: list[str] = field(default_factory=lambda: ["Hello", ",", " world", "!"])
+    status: int = 200
+    error_body: bytes | None = None
+    hang_before_headers: bool = False
+    hang_after_headers: bool = False  # stream: headers sent, then silence
+    gate: asyncio.Event | None = None  # stream: wait for it after the first event
+    die_after_first: bool = False  # stream: drop the connection after the first event
+    send_error_event: bool = False  # stream: vLLM-style error event then [DONE]
+    spec_metrics: dict[str, float] | None = None
+    model_in_reply: str | None = None  # default: the served name
+    requests: list[Seen] = field(default_factory=list)
+    received: asyncio.Event = field(default_factory=asyncio.Event)
+    first_sent: asyncio.Event = field(default_factory=asyncio.Event)
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    health_status: int = 200
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/health", self._health)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=self.health_status)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    def _chunk(
+        self, body: dict[str, Any], chat: bool, text: str | None, finish: str | None
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if chat:
+            choice["delta"] = {"content": text} if text is not None else {"role": "assistant", "content": ""}
+        else:
+            choice["text"] = text or ""
+        return {
+            "id": "cmpl-fake",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_in_reply or body.get("model"),
+            "choices": [choice],
+        }
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(Seen(request.path, dict(request.headers), body))
+        self.received.set()
+        try:
+            if self.hang_before_headers:
+                await asyncio.Event().wait()
+            if self.status != 200:
+                err = (
+                    self.error_body
+                    or json.dumps(
+                        {
+                            "error": {
+                                "message": "engine says no",
+                                "type": "BadRequestError",
+                                "code": self.status,
+                            }
+                        }
+                    ).encode()
+                )
+                return web.Response(status=self.status, body=err, content_type="application/json")
+            usage = {
+                "prompt_tokens": 7,
+                "completion_tokens": len(self.tokens),
+                "total_tokens": 7 + len(self.tokens),
+            }
+            if not body.get("stream"):
+                text = "".join(self.tokens)
+                choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                reply: dict[str, Any] = {
+                    "id": "cmpl-fake",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": int(time.time()),
+                    "model": self.model_in_reply or body.get("model"),
+                    "choices": [choice],
+                    "usage": usage,
+                }
+                if self.spec_metrics:
+                    reply["metrics"] = {"speculative_decoding": self.spec_metrics}
+                self.finished.set()
+                return web.json_response(reply)
+            resp = web.StreamResponse()
+            resp.content_type = "text/event-stream"
+            await resp.prepare(request)
+            if self.hang_after_headers:
+                await asyncio.Event().wait()
+            if self.send_error_event:
+                err_ev = {
+                    "error": {"message": "min_p is not supported", "type": "BadRequestError", "code": 400}
+                }
+                await resp.write(b"data: " + json.dumps(err_ev).encode() + b"\n\n")
+                await resp.write(b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            events = ([self._chunk(body, chat, None, None)] if chat else []) + [
+                self._chunk(body, chat, tok, "stop" if i == len(self.tokens) - 1 else None)
+                for i, tok in enumerate(self.tokens)
+            ]
+            for i, ev in enumerate(events):
+                await resp.write(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
+                if i == 0:
+                    self.first_sent.set()
+                    if self.gate is not None:
+                        await self.gate.wait()
+                    if self.die_after_first:
+                        assert request.transport is not None
+                        request.transport.close()
+                        return resp
+            opts = body.get("stream_options") or {}
+            if opts.get("include_usage"):
+                final: dict[str, Any] = {
+                    "id": "cmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model"),
+                    "choices": [],
+                    "usage": usage,
+                }
+                if self.spec_metrics:
+                    final["metrics"] = {"speculative_decoding": self.spec_metrics}
+                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            self.finished.set()
+            return resp
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.aborted.set()
+            raise

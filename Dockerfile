@@ -1,0 +1,70 @@
+# syntax=docker/dockerfile:1
+#
+# specgate container image: the gateway (`specgate serve`) and, from the same image,
+# the GPU-free vLLM emulator (`specgate emulate`).
+#
+#   docker build -t specgate:0.1.0 .
+#   docker run --rm -p 8000:8000 -v "$PWD/my-config.yaml:/etc/specgate/config.yaml:ro" specgate:0.1.0
+#
+# The base image is pinned to an exact Python patch release. To pin by digest as well,
+# pass it at build time:
+#   docker build --build-arg PYTHON_IMAGE=python:3.12.8-slim-bookworm@sha256:<digest> .
+ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm
+
+# ---- stage 1: build the specgate wheel and a self-contained virtual environment -------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+# Only what the wheel needs; .dockerignore keeps tests, caches and virtualenvs out.
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+# Build the wheel, then install it (and its pinned-by-range dependencies, all of which
+# ship manylinux wheels: aiohttp, uvloop, pydantic-core, ...) into /opt/specgate.
+# Byte-code is compiled here because the runtime root filesystem is read-only.
+RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+ && python -m venv /opt/specgate \
+ && /opt/specgate/bin/python -m pip install --only-binary=:all: /dist/specgate-*.whl \
+ && /opt/specgate/bin/python -m pip uninstall -y pip setuptools wheel \
+ && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, gateway.cli" \
+ && python -m compileall -q /opt/specgate
+
+# ---- stage 2: the runtime image ------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="specgate" \
+      org.opencontainers.image.description="OpenAI-compatible gateway routing each request to a speculative or a plain vLLM engine" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# A fixed numeric UID/GID, so Kubernetes' runAsNonRoot can verify it without /etc/passwd.
+RUN groupadd --system --gid 10001 specgate \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin specgate
+
+COPY --from=build /opt/specgate /opt/specgate
+# Default configuration; mount your own over it (a file, a ConfigMap, a compose bind).
+COPY --chmod=0444 deploy/compose/gateway.yaml /etc/specgate/config.yaml
+
+# Configuration: the file above, overridable by SPECGATE_* environment variables
+# (SPECGATE_SERVER__PORT=9000, SPECGATE_API_KEYS=k1,k2, SPECGATE_CONFIG=/path, ...).
+# In a container the gateway must listen on all interfaces, whatever a mounted file
+# says. SPECGATE_HEALTH_PORT only steers the HEALTHCHECK below, e.g. when the image
+# runs `specgate emulate` on another port.
+ENV PATH=/opt/specgate/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    SPECGATE_SERVER__HOST=0.0.0.0 \
+    SPECGATE_HEALTH_PORT=8000
+
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8000
+
+# No curl in a slim image: Python's standard library does the probe. urlopen raises on
+# connection errors and on any non-2xx answer, which makes the probe exit non-zero.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/health' % os.environ.get('SPECGATE_HEALTH_PORT', '8000'), timeout=2)"]
+
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["specgate"]
+CMD ["serve", "--config", "/etc/specgate/config.yaml"]

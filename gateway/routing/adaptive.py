@@ -53,6 +53,8 @@ REASONS: tuple[str, ...] = (
 )
 DEFAULT_K = 5
 _UNKNOWN_DECAY_S = 30.0  # with no live acceptance, the correction relaxes to 1 on this half-life
+_SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
+_SCALE_MAX = 20.0
 
 
 def _load(e: EngineView) -> float:
@@ -134,8 +136,12 @@ class AdaptivePolicy:
                 )
             if prober.should_probe(now):
                 route, reason, probe = Route.SPEC, "probe", True
+            elif no_data:
+                route, reason = Route.BASE, "prior"
+            elif speedup > threshold:
+                route, reason = Route.BASE, "below_break_even"  # held in fallback by hysteresis
             else:
-                route, reason = Route.BASE, "below_break_even"
+                route, reason = Route.BASE, self._why_not(e, speedup, threshold)
         if route is Route.SPEC:
             self._track_expected(blended, p_draft, e)
         d = decide_route(
@@ -209,13 +215,13 @@ class AdaptivePolicy:
             if busy_s:
                 pred += self.scale_spec * self.steps.step_ms(b_s, self.k + 1)
             raw = base.tpot_s * 1000.0 / pred
-            self.scale_base = min(4.0, max(0.5, self.scale_base * raw**0.3))
+            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * raw**0.3))
         if not spec.stale and spec.tpot_s and spec.tpot_s > 0 and self._expected_e:
             pred = self.scale_spec * self.steps.step_ms(b_s, self.k + 1)
             if busy_b:
                 pred += self.scale_base * self.steps.step_ms(b_b, 1)
             raw = spec.tpot_s * 1000.0 * self._expected_e / pred
-            self.scale_spec = min(4.0, max(0.5, self.scale_spec * raw**0.3))
+            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * raw**0.3))
 
     # -- learning -------------------------------------------------------------------
     def observe(self, outcome: Outcome, now: float) -> None:

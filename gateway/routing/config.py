@@ -67,7 +67,7 @@ class RoutingConfig(BaseModel):
         300.0, gt=0.0, le=86400.0, description="half-life of the learned per-class acceptance"
     )
     live_half_life_s: float = Field(
-        3.0, gt=0.0, le=600.0, description="smoothing of the live acceptance and latency corrections"
+        1.0, gt=0.0, le=600.0, description="smoothing of the live acceptance and latency corrections"
     )
     fit_step_times: bool = Field(
         True, description="correct the step-time profile by the engines' measured per-token latency"

@@ -9,11 +9,16 @@ request advances once per cycle. In milliseconds:
 - on base:  own cycle = T_b(B_b + 1, 1) + T_s(B_s, k + 1) if the spec engine is busy,
   and the request emits 1 token per cycle.
 
-Joining an engine lengthens every other request's cycle by the step time it adds
-(the whole step, when it wakes an idle engine; the marginal batch cost otherwise). Over
-the request's life that costs the others ``others × added`` request-milliseconds per
-cycle. The decision compares, per output token of this request,
-``(own cycle + w · others · added) / tokens per cycle`` on each engine.
+Joining an engine also delays the others, in two ways: the requests already on that
+engine step in a batch one larger (the marginal batch cost, ``T(B + 1) − T(B)``), and
+the requests on the *other* engine wait for that engine's whole step in every cycle.
+The second is a fixed cost of keeping an engine busy; it is shared equally among the
+requests that keep it busy (``T(B + 1) / (B + 1)`` each; all of it when the request
+would wake an idle engine). Counting only the marginal part would make "both engines
+busy" a sticky state at high load, where consolidating everything on the plain engine
+(one step per cycle instead of two) is what actually wins. Per output token of this
+request, each engine is scored ``(own cycle + w · delay imposed on others) / tokens per
+cycle``, in request-milliseconds.
 """
 
 from __future__ import annotations
@@ -56,16 +61,15 @@ def pair_costs(
     def tb(b: float) -> float:
         return scale_base * steps.step_ms(b, 1) if b > 0 else 0.0
 
-    others = b_spec + b_base
     e = max(1.0, tokens_per_step)
 
     spec_cycle = ts(b_spec + 1) + tb(b_base)
-    spec_added = ts(b_spec + 1) - ts(b_spec)
-    spec_total = spec_cycle + marginal_weight * others * spec_added
+    spec_imposed = b_spec * (ts(b_spec + 1) - ts(b_spec)) + b_base * ts(b_spec + 1) / (b_spec + 1)
+    spec_total = spec_cycle + marginal_weight * spec_imposed
 
     base_cycle = tb(b_base + 1) + ts(b_spec)
-    base_added = tb(b_base + 1) - tb(b_base)
-    base_total = base_cycle + marginal_weight * others * base_added
+    base_imposed = b_base * (tb(b_base + 1) - tb(b_base)) + b_spec * tb(b_base + 1) / (b_base + 1)
+    base_total = base_cycle + marginal_weight * base_imposed
 
     spec_ms = spec_total / e
     break_even = spec_total * (1.0 + margin) / base_total if base_total > 0 else float("inf")

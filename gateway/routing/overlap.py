@@ -104,9 +104,11 @@ def predict_overlap(prompt_text: str, instruction_text: str) -> tuple[float, str
     """
     instr = _window(instruction_text)
     n_prompt = len(prompt_text)
-    fences = prompt_text.count("```")
     probe = prompt_text[:_CTX_PROBE]
-    has_code = fences >= 2 or _any(probe, _CODE_MARKERS)
+    tail = prompt_text[-_CTX_PROBE:]
+    # Bounded windows only: the cost must not grow with the prompt.
+    fences = probe.count("```") + (tail.count("```") if n_prompt > _CTX_PROBE else 0)
+    has_code = fences >= 2 or _any(probe, _CODE_MARKERS) or _any(tail, _CODE_MARKERS)
     # Context pasted beyond the instruction itself (or a long instruction carrying a doc).
     pasted = max(n_prompt - min(len(instruction_text), 400), 0)
 

@@ -1,0 +1,1 @@
+"""Load generation and the end-to-end policy benchmark (``specgate bench``)."""

@@ -1,0 +1,120 @@
+"""Target-QPS schedules shared by the Locust kit and ``specgate bench``.
+
+Spec grammar (comma-separated stages, run in order):
+
+* ``4``            constant 4 req/s (until the run time ends)
+* ``2:30``         2 req/s for 30 s
+* ``1:30,2:30,4:60``  steps
+* ``ramp:0.5-8:120``  linear ramp from 0.5 to 8 req/s over 120 s
+* ``steps:1-16:5x20`` 5 geometric steps from 1 to 16 req/s, 20 s each
+
+Stages can be mixed: ``ramp:1-4:60,4:120``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    start_qps: float
+    end_qps: float
+    duration_s: float  # math.inf for an open-ended last stage
+
+    def qps_at(self, t: float) -> float:
+        if self.start_qps == self.end_qps or not math.isfinite(self.duration_s):
+            return self.start_qps
+        return self.start_qps + (self.end_qps - self.start_qps) * min(1.0, max(0.0, t / self.duration_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    stages: tuple[Stage, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return sum(s.duration_s for s in self.stages)
+
+    def stage_index(self, t: float) -> int | None:
+        """Index of the stage running at ``t`` seconds, None once the schedule is over."""
+        if t < 0:
+            return 0
+        acc = 0.0
+        for i, s in enumerate(self.stages):
+            if t < acc + s.duration_s:
+                return i
+            acc += s.duration_s
+        return None
+
+    def qps_at(self, t: float) -> float | None:
+        """Target QPS at ``t`` seconds after the start; None once the schedule is over."""
+        acc = 0.0
+        for s in self.stages:
+            if t < acc + s.duration_s:
+                return s.qps_at(t - acc)
+            acc += s.duration_s
+        return None
+
+    @property
+    def peak_qps(self) -> float:
+        return max(max(s.start_qps, s.end_qps) for s in self.stages)
+
+    def describe(self) -> str:
+        parts = []
+        for s in self.stages:
+            d = "∞" if not math.isfinite(s.duration_s) else f"{s.duration_s:g}s"
+            if s.start_qps == s.end_qps:
+                parts.append(f"{s.start_qps:g} qps × {d}")
+            else:
+                parts.append(f"{s.start_qps:g}→{s.end_qps:g} qps over {d}")
+        return ", ".join(parts)
+
+
+def _qps(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"QPS must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def _dur(text: str) -> float:
+    v = float(text.rstrip("s"))
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"stage duration must be > 0 seconds, got {text!r}")
+    return v
+
+
+def parse_schedule(spec: str) -> Schedule:
+    """Parse a schedule spec (see the module docstring). Raises ValueError with the reason."""
+    stages: list[Stage] = []
+    items = [p.strip() for p in spec.split(",") if p.strip()]
+    if not items:
+        raise ValueError("empty QPS schedule")
+    try:
+        for i, item in enumerate(items):
+            last = i == len(items) - 1
+            if item.startswith("ramp:"):
+                rng, _, dur = item[len("ramp:") :].partition(":")
+                lo, _, hi = rng.partition("-")
+                stages.append(Stage(_qps(lo), _qps(hi), _dur(dur)))
+            elif item.startswith("steps:"):
+                rng, _, rest = item[len("steps:") :].partition(":")
+                lo, _, hi = rng.partition("-")
+                n_text, _, dur = rest.partition("x")
+                a, b, n = _qps(lo), _qps(hi), int(n_text)
+                if n < 1 or a <= 0:
+                    raise ValueError("steps needs n >= 1 and a start QPS > 0")
+                ratio = (b / a) ** (1 / (n - 1)) if n > 1 else 1.0
+                stages += [Stage(round(a * ratio**j, 3), round(a * ratio**j, 3), _dur(dur)) for j in range(n)]
+            elif ":" in item:
+                q, _, dur = item.partition(":")
+                stages.append(Stage(_qps(q), _qps(q), _dur(dur)))
+            elif last:
+                stages.append(Stage(_qps(item), _qps(item), math.inf))
+            else:
+                raise ValueError(f"stage {item!r} needs a duration (QPS:SECONDS) unless it is the last")
+    except ValueError as exc:
+        raise ValueError(f"bad QPS schedule {spec!r}: {exc}") from None
+    return Schedule(tuple(stages))

@@ -1,0 +1,350 @@
+"""Locust kit for specgate (or any OpenAI-compatible chat endpoint, vLLM included).
+
+Users send streaming ``/v1/chat/completions`` requests drawn from specgate's prompt corpus
+(``gateway.workload``: copy-heavy code edits, summaries/extraction/quoting over pasted
+documents, RAG questions, open chat) at a configurable temperature distribution.
+Arrivals are open-loop: each user runs a Poisson process of rate ``qps / pool``, so the
+offered load follows the ``--qps`` schedule whatever the latency, as long as the user pool
+is large enough (the run warns when requests leave late).
+
+Custom Locust metrics (request type / name):
+  ``TTFT <kind>``   time to the first content delta, ms
+  ``TPOT <kind>``   time per output token after the first, ms
+  ``OTPS <kind>``   output tokens/s of one request (the "ms" columns hold tokens/s)
+  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens
+
+Headless run writing CSVs (``--csv`` is Locust's own; ``--specgate-requests-csv`` adds one
+row per request with route, TTFT, TPOT, tokens):
+
+    locust -f loadtests/locustfile.py --headless -H http://127.0.0.1:8000 \\
+        --qps "1:30,2:30,4:30" --pool 64 --mix "edit=0.4,summary=0.2,rag=0.1,chat=0.3" \\
+        --temperature "uniform:0:1" --model qwen3-8b --csv out/run \\
+        --specgate-requests-csv out/requests.csv
+
+Every option has an environment variable (``SPECGATE_LT_<NAME>``), see ``--help``.
+``--qps 0`` switches to closed-loop: ``-u`` users, each sending back to back.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import time
+from typing import Any
+
+import requests
+from locust import LoadTestShape, User, events, task
+from locust.env import Environment
+from locust.runners import WorkerRunner
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from gateway.bench.schedule import Schedule, parse_schedule
+from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
+from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
+
+ROUTE_HEADER = "x-specgate-route"
+REASON_HEADER = "x-specgate-reason"
+
+_T0: float | None = None  # wall-clock start of the test on this process
+_RECORDS: list[RequestRecord] = []
+_USER_IDS = itertools.count()
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    g = parser.add_argument_group("specgate", "OpenAI chat load from specgate's prompt corpus")
+
+    def opt(name: str, default: str, help_text: str, **kw: Any) -> None:
+        env = "SPECGATE_LT_" + name.lstrip("-").replace("specgate-", "").replace("-", "_").upper()
+        g.add_argument(name, default=default, env_var=env, help=f"{help_text} (env {env})", **kw)
+
+    opt(
+        "--qps",
+        "2",
+        "target-QPS schedule: 4 | 1:30,2:30,4:60 | ramp:0.5-8:120 | steps:1-16:5x20; 0 = closed loop",
+    )
+    opt("--pool", "64", "users kept alive to carry the arrivals (max requests in flight)")
+    opt(
+        "--mix",
+        "default",
+        "kind weights: edit=0.4,summary=0.2,rag=0.1,chat=0.3 (or sub-kinds: rename, quote…)",
+    )
+    opt(
+        "--temperature",
+        "default",
+        "temperature distribution: 0.7 | uniform:0:1 | choice:0,1 | mix:0=0.5,1=0.5",
+    )
+    opt("--model", "qwen3-8b", "model name sent in the body")
+    opt("--seed", "1", "corpus seed (each user derives its own stream from it)")
+    opt("--max-tokens-cap", "1024", "upper bound on max_tokens of any request")
+    opt("--stream", "true", "true: streaming with usage chunk; false: plain JSON responses")
+    opt("--api-key", "", "bearer token, if the endpoint needs one")
+    opt("--route", "", "x-specgate-route header to send: auto | spec | base (empty: none)")
+    opt("--request-timeout", "300", "seconds before a request is abandoned")
+    opt("--specgate-requests-csv", "", "write one row per request to this CSV at the end")
+
+
+def _opts(env: Environment) -> Any:
+    return env.parsed_options
+
+
+def _schedule(env: Environment) -> Schedule:
+    return parse_schedule(str(_opts(env).qps))
+
+
+@events.test_start.add_listener
+def _on_start(environment: Environment, **_: Any) -> None:
+    global _T0
+    _T0 = time.time()
+    _RECORDS.clear()
+    o = _opts(environment)
+    # Fail fast on bad options, on every process.
+    parse_mix(o.mix)
+    TemperatureDist.parse(o.temperature)
+    _schedule(environment)
+
+
+@events.test_stop.add_listener
+def _on_stop(environment: Environment, **_: Any) -> None:
+    if not _RECORDS or _T0 is None:
+        return
+    o = _opts(environment)
+    dur = max(1e-9, time.time() - _T0)
+    s = summarize(_RECORDS, dur)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.1f}"
+
+    print(
+        f"[specgate] {s['requests']} requests, {s['failures']} failed, {s['achieved_qps']:.2f} req/s, "
+        f"TTFT p50/p99 {ms(s['ttft_p50_s'])}/{ms(s['ttft_p99_s'])} ms, "
+        f"TPOT p50/p99 {ms(s['tpot_p50_s'])}/{ms(s['tpot_p99_s'])} ms, "
+        f"{s['output_tokens_per_s']:.1f} output tok/s, routes {s['route_share']}",
+        file=sys.stderr,
+    )
+    late = s["lateness_p99_s"] or 0.0
+    if late > 0.5:
+        print(
+            f"[specgate] warning: p99 of requests left {late:.2f}s late; raise --pool to hold the QPS",
+            file=sys.stderr,
+        )
+    path = str(o.specgate_requests_csv)
+    if path:
+        runner = environment.runner
+        if isinstance(runner, WorkerRunner):  # distributed: one file per worker
+            root, ext = os.path.splitext(path)
+            path = f"{root}.worker{runner.worker_index}{ext or '.csv'}"
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            for r in _RECORDS:
+                w.writerow(r.row())
+
+
+class ChatUser(User):
+    """One slot of the user pool: sends the corpus' requests on a Poisson schedule."""
+
+    abstract = False
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        o = _opts(environment)
+        uid = next(_USER_IDS)
+        worker = environment.runner.worker_index if isinstance(environment.runner, WorkerRunner) else 0
+        self.rng = random.Random(f"{o.seed}:{worker}:{uid}")
+        self.mix = parse_mix(o.mix)
+        self.temps = TemperatureDist.parse(o.temperature)
+        self.schedule = _schedule(environment)
+        self.pool = max(1, int(o.pool))
+        self.stream = str(o.stream).lower() in ("1", "true", "yes", "on")
+        self.timeout = float(o.request_timeout)
+        self.model = str(o.model)
+        self.headers = {"content-type": "application/json"}
+        if o.api_key:
+            self.headers["authorization"] = f"Bearer {o.api_key}"
+        if o.route:
+            self.headers[ROUTE_HEADER] = str(o.route)
+        self.session = requests.Session()
+        self.next_at: float | None = None
+        self.closed_loop = self.schedule.peak_qps == 0
+
+    def on_stop(self) -> None:
+        self.session.close()
+
+    # Locust calls wait_time() between tasks; we also wait before the first task.
+    def wait_time(self) -> float:
+        if self.closed_loop:
+            return 0.0
+        now = time.time()
+        t0 = _T0 if _T0 is not None else now
+        if self.next_at is None:
+            self.next_at = now
+        while True:
+            qps = self.schedule.qps_at(self.next_at - t0)
+            if qps is None:
+                return 3600.0  # schedule over: idle until the shape stops the run
+            if qps > 0:
+                break
+            self.next_at += 0.5  # a zero-QPS stretch: look again a little later
+        self.next_at += self.rng.expovariate(qps / self.pool)
+        return max(0.0, self.next_at - now)
+
+    def on_start(self) -> None:
+        if not self.closed_loop:  # the first request also waits for its Poisson arrival
+            self.next_at = time.time()
+            self.wait()
+
+    @task
+    def chat(self) -> None:
+        req = sample(
+            self.rng, self.mix, self.temps, max_tokens_cap=int(_opts(self.environment).max_tokens_cap)
+        )
+        body = to_openai_body(req, self.model, stream=self.stream)
+        now = time.time()
+        t0 = _T0 if _T0 is not None else now
+        scheduled = self.next_at if self.next_at is not None else now
+        stage = self.schedule.stage_index(scheduled - t0) or 0
+        rec = RequestRecord(
+            start=now,
+            kind=req.kind,
+            subkind=req.subkind,
+            temperature=req.temperature,
+            ok=False,
+            lateness=max(0.0, now - scheduled) if not self.closed_loop else 0.0,
+            stage=stage,
+        )
+        url = self.host.rstrip("/") + "/v1/chat/completions"
+        exc: BaseException | None = None
+        start = time.perf_counter()
+        try:
+            with self.session.post(
+                url,
+                data=json.dumps(body),
+                headers=self.headers,
+                stream=self.stream,
+                timeout=(10, self.timeout),
+            ) as resp:
+                rec.status = resp.status_code
+                rec.route = resp.headers.get(ROUTE_HEADER, "")
+                rec.reason = resp.headers.get(REASON_HEADER, "")
+                if resp.status_code != 200:
+                    raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
+                if self.stream:
+                    self._read_stream(resp, rec, start)
+                else:
+                    data = resp.json()
+                    rec.output_tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
+                    rec.chunks = 1
+            rec.e2e = time.perf_counter() - start
+            rec.ok = True
+        except Exception as e:  # every failure is a Locust failure, never a crash of the user
+            exc = e
+            rec.error = f"{type(e).__name__}: {e}"[:300]
+            rec.e2e = time.perf_counter() - start
+        _RECORDS.append(rec)
+        self._report(rec, exc)
+
+    def _read_stream(self, resp: requests.Response, rec: RequestRecord, start: float) -> None:
+        usage_tokens: int | None = None
+        done = False
+        for raw in resp.iter_lines():
+            if not raw or not raw.startswith(b"data:"):
+                continue
+            data = raw[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            obj = json.loads(data)
+            if "error" in obj:
+                err = obj["error"]
+                raise RuntimeError(
+                    f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
+                )
+            for choice in obj.get("choices") or ():
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    if rec.ttft is None:
+                        rec.ttft = time.perf_counter() - start
+                    rec.chunks += 1
+            usage = obj.get("usage")
+            if usage and usage.get("completion_tokens") is not None:
+                usage_tokens = int(usage["completion_tokens"])
+        if not done:
+            raise RuntimeError("stream ended without data: [DONE]")
+        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+
+    def _report(self, rec: RequestRecord, exc: BaseException | None) -> None:
+        fire = self.environment.events.request.fire
+        e2e_ms = (rec.e2e or 0.0) * 1000
+        fire(
+            request_type="POST",
+            name=rec.kind,
+            response_time=e2e_ms,
+            response_length=rec.output_tokens,
+            exception=exc,
+            context={"subkind": rec.subkind, "route": rec.route},
+        )
+        if exc is not None:
+            return
+        if rec.ttft is not None and self.stream:
+            fire(
+                request_type="TTFT",
+                name=rec.kind,
+                response_time=rec.ttft * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+        if rec.tpot is not None and self.stream:
+            fire(
+                request_type="TPOT",
+                name=rec.kind,
+                response_time=rec.tpot * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+        if rec.tokens_per_s is not None:
+            fire(
+                request_type="OTPS",
+                name=rec.kind,
+                response_time=rec.tokens_per_s,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+
+
+class QpsShape(LoadTestShape):
+    """Keeps the user pool alive for the length of the ``--qps`` schedule.
+
+    The offered load is set by the users' Poisson pacing, not by the user count; the pool
+    only bounds the requests in flight. ``--qps 0`` (closed loop) uses ``-u``/``-r``/``-t``.
+    An open-ended schedule (``--qps 4``) runs until ``-t``/``--run-time``.
+    """
+
+    use_common_options = True
+
+    def tick(self) -> tuple[int, float] | None:
+        env = self.runner.environment if self.runner is not None else None
+        if env is None:
+            return None
+        o = env.parsed_options
+        t = self.get_run_time()
+        run_time = getattr(o, "run_time", None)
+        if run_time and t >= run_time:
+            return None
+        sched = _schedule(env)
+        if sched.peak_qps == 0:
+            return int(o.num_users or 1), float(o.spawn_rate or 1)
+        if math.isfinite(sched.duration_s) and t >= sched.duration_s:
+            return None
+        pool = max(1, int(o.pool))
+        return pool, float(pool)

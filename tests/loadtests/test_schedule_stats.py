@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.bench.schedule import parse_schedule
+from gateway.bench.stats import RequestRecord, percentile, summarize
+
+
+def test_step_schedule() -> None:
+    s = parse_schedule("1:10,2:10,4:5")
+    assert s.duration_s == 25
+    assert [s.qps_at(t) for t in (0, 9.9, 10, 24.9)] == [1, 1, 2, 4]
+    assert s.qps_at(25) is None and s.stage_index(25) is None
+    assert s.stage_index(12) == 1 and s.peak_qps == 4
+
+
+def test_ramp_open_ended_and_geometric_steps() -> None:
+    r = parse_schedule("ramp:0-10:100,10")
+    assert r.qps_at(50) == pytest.approx(5) and r.qps_at(1000) == 10 and math.isinf(r.duration_s)
+    g = parse_schedule("steps:1-16:5x20")
+    assert [st.start_qps for st in g.stages] == [1, 2, 4, 8, 16] and g.duration_s == 100
+
+
+@pytest.mark.parametrize("bad", ["", "x", "-1", "2,4", "1:0", "ramp:1:10", "steps:0-4:3x10", "nan"])
+def test_bad_schedules(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_schedule(bad)
+
+
+def _rec(ttft: float, e2e: float, toks: int, ok: bool = True, route: str = "spec") -> RequestRecord:
+    return RequestRecord(0, "edit", "rename", 0.0, ok, 200, ttft, e2e, toks, toks, route)
+
+
+def test_summary() -> None:
+    recs = [_rec(0.1, 1.1, 11), _rec(0.2, 2.2, 21, route="base"), _rec(0.1, 0.5, 0, ok=False)]
+    s = summarize(recs, 2.0, tpot_slo_s=0.1)
+    assert s["requests"] == 3 and s["failures"] == 1 and s["achieved_qps"] == 1.5
+    assert s["tpot_mean_s"] == pytest.approx(0.1)
+    assert s["output_tokens_per_s"] == 16
+    assert s["route_share"] == {"base": 0.5, "spec": 0.5}
+    assert s["goodput_rps"] == pytest.approx(1.0)  # both successes meet TPOT <= 0.1
+    assert recs[0].tpot == pytest.approx(0.1) and recs[2].tpot is None
+
+
+def test_percentile() -> None:
+    assert percentile([], 50) is None
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5

@@ -30,6 +30,7 @@ from gateway.engines.stats import EngineStats
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
+from gateway.telemetry.wiring import attach_models, with_scrape_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ def build_app(
         policy = (policies or {}).get(m.name) or build_policy(m.routing)
         models[m.name] = ModelRuntime.from_config(m, policy, stale_after_s=config.scrape.stale_after_s)
     state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
+    attach_models(state.telemetry, models)  # live routing state for /metrics, read at scrape time
 
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=[_errors])
     app[STATE] = state
@@ -142,7 +144,7 @@ def _start_workers(state: GatewayState) -> None:
                 window_s=sc.window_s,
                 stale_after_s=sc.stale_after_s,
                 headers=headers,
-                on_update=_scrape_sink(rt),
+                on_update=with_scrape_telemetry(_scrape_sink(rt), state.telemetry, rt.name),
             )
             checker = HealthChecker(
                 session,

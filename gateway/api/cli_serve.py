@@ -121,8 +121,10 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> No
     from aiohttp import web
 
     from gateway.api.app import RUNNER_KWARGS, build_app
+    from gateway.telemetry import build_telemetry
 
-    app = build_app(cfg)
+    telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
+    app = build_app(cfg, telemetry=telemetry)
     runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_grace_s, **RUNNER_KWARGS)
     await runner.setup()
     site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=4096, reuse_address=True)
@@ -142,6 +144,7 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> No
     finally:
         logging.getLogger("gateway").info("shutting down (grace %.1fs)", cfg.server.shutdown_grace_s)
         await runner.cleanup()
+        await telemetry.aclose()  # flush trace exporters
 
 
 def _masked(cfg: GatewayConfig) -> str:

@@ -12,7 +12,12 @@ from gateway.telemetry.hooks import NullTelemetry, RequestTelemetry, Telemetry
 from gateway.telemetry.http import TELEMETRY_KEY, mount_metrics
 from gateway.telemetry.service import GatewayTelemetry, build_telemetry
 from gateway.telemetry.state import ModelState, StateSource
-from gateway.telemetry.wiring import runtime_state_source, scrape_listener
+from gateway.telemetry.wiring import (
+    attach_models,
+    runtime_state_source,
+    scrape_listener,
+    with_scrape_telemetry,
+)
 
 __all__ = [
     "TELEMETRY_KEY",
@@ -23,8 +28,10 @@ __all__ = [
     "StateSource",
     "Telemetry",
     "TelemetryConfig",
+    "attach_models",
     "build_telemetry",
     "mount_metrics",
     "runtime_state_source",
     "scrape_listener",
+    "with_scrape_telemetry",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from gateway.routing.types import ModelView
@@ -91,3 +91,28 @@ def scrape_listener(telemetry: _Recorder, engine: str) -> Callable[[ScrapeStateL
         telemetry.record_scrape(engine, err is None, None, None if err is None else scrape_error_kind(err))
 
     return on_update
+
+
+def with_scrape_telemetry(
+    sink: Callable[[ScrapeStateLike], None], telemetry: object, engine: str
+) -> Callable[[ScrapeStateLike], None]:
+    """``sink`` plus, when ``telemetry`` records scrapes, a count of each scrape's result."""
+    if not callable(getattr(telemetry, "record_scrape", None)):
+        return sink
+    count = scrape_listener(telemetry, engine)  # type: ignore[arg-type]
+
+    def both(state: ScrapeStateLike) -> None:
+        sink(state)
+        try:
+            count(state)
+        except Exception:
+            log.exception("scrape telemetry failed")
+
+    return both
+
+
+def attach_models(telemetry: object, models: Mapping[str, ModelRuntimeLike]) -> None:
+    """Point ``telemetry``'s routing-state collector at the gateway's model runtimes (if it has one)."""
+    setter = getattr(telemetry, "set_state_source", None)
+    if callable(setter):
+        setter(runtime_state_source(lambda: list(models.values())))

@@ -94,6 +94,8 @@ class ProxyCall:
             last = attempt == len(candidates) - 1
             result.engine, result.route = name, rt.route
             result.reason = d.reason if attempt == 0 else "failover"
+            result.retried = attempt > 0
+            result.error = None
             try:
                 with rt.track():
                     await self._attempt(rt, attempt, deadline, result)
@@ -110,7 +112,6 @@ class ProxyCall:
                 result.error = exc.error
                 result.status = exc.response.status
                 result.response = exc.response
-                result.retried = attempt > 0
                 if last:
                     return result
         return result  # pragma: no cover - loop always returns

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 
 @dataclass
 class Seen:
     path: str
-    headers: dict[str, str]
+    headers: CIMultiDict[str]
     body: dict[str, Any]
 
 
@@ -43,6 +44,7 @@ class FakeEngine:
     aborted: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     health_status: int = 200
+    spaced_json: bool = False  # json.dumps default separators ('"model": "x"')
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -78,7 +80,7 @@ class FakeEngine:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append(Seen(request.path, dict(request.headers), body))
+        self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
         self.received.set()
         try:
             if self.hang_before_headers:
@@ -139,7 +141,8 @@ class FakeEngine:
                 for i, tok in enumerate(self.tokens)
             ]
             for i, ev in enumerate(events):
-                await resp.write(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
+                seps = (", ", ": ") if self.spaced_json else (",", ":")
+                await resp.write(b"data: " + json.dumps(ev, separators=seps).encode() + b"\n\n")
                 if i == 0:
                     self.first_sent.set()
                     if self.gate is not None:

@@ -1,0 +1,235 @@
+"""Header hygiene, request ids, body pass-through, telemetry hooks and learning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from gateway.routing.overlap import realised_lookup_acceptance
+from gateway.routing.static import FixedPolicy
+from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures, Route
+from tests.proxy.fake_engine import FakeEngine
+from tests.proxy.harness import harness
+
+REQ = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.9}
+
+
+async def test_hop_by_hop_and_credentials_are_not_forwarded() -> None:
+    async with harness() as h, aiohttp.ClientSession() as s:
+        headers = {
+            "Authorization": "Bearer client-secret",
+            "Connection": "keep-alive, X-Hop",
+            "X-Hop": "drop me",
+            "Keep-Alive": "timeout=5",
+            "Proxy-Authorization": "Basic abc",
+            "TE": "trailers",
+            "Upgrade": "h2c",
+            "X-Custom": "keep me",
+            "x-specgate-engine": "spoofed",
+        }
+        async with s.post(h.url("/v1/chat/completions"), json=REQ, headers=headers) as r:
+            assert r.status == 200
+    seen = {k.lower(): v for k, v in h.base.requests[0].headers.items()}
+    assert seen.get("x-custom") == "keep me"
+    for gone in (
+        "authorization",
+        "x-hop",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+        "upgrade",
+        "x-specgate-engine",
+    ):
+        assert gone not in seen, gone
+
+
+async def test_engine_api_key_is_sent_upstream() -> None:
+    async with harness() as h:
+        # patch the engine config after build: the key lives in EngineConfig.api_key
+        from pydantic import SecretStr
+
+        from gateway.api.state import STATE
+
+        h.app[STATE].models["m1"].engines["base0"].config.api_key = SecretStr("engine-key-123")
+        async with aiohttp.ClientSession() as s, s.post(h.url("/v1/chat/completions"), json=REQ) as r:
+            assert r.status == 200
+    assert h.base.requests[0].headers["Authorization"] == "Bearer engine-key-123"
+
+
+async def test_request_id_is_kept_when_safe_and_replaced_when_not() -> None:
+    async with harness() as h, aiohttp.ClientSession() as s:
+        async with s.post(
+            h.url("/v1/chat/completions"), json=REQ, headers={"x-request-id": "abc-123.x:y"}
+        ) as r:
+            assert r.headers["x-request-id"] == "abc-123.x:y"
+        async with s.post(
+            h.url("/v1/chat/completions"),
+            json=REQ,
+            headers={"x-request-id": "bad id\twith<junk>" + "x" * 200},
+        ) as r:
+            new_id = r.headers["x-request-id"]
+            assert len(new_id) == 32 and new_id.isalnum()
+        async with s.post(h.url("/v1/chat/completions"), json=REQ) as r:
+            assert len(r.headers["x-request-id"]) == 32
+    assert h.base.requests[0].headers["x-request-id"] == "abc-123.x:y"
+    assert h.base.requests[1].headers["x-request-id"] == new_id
+
+
+async def test_unknown_fields_pass_through_untouched() -> None:
+    extra = {"guided_json": {"type": "object"}, "foo": [1, {"bar": None}], "top_k": 5}
+    async with (
+        harness() as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json={**REQ, **extra}) as r,
+    ):
+        body = await r.json()
+    sent = h.base.requests[0].body
+    for k, v in extra.items():
+        assert sent[k] == v
+    assert sent["messages"] == REQ["messages"]
+    assert body["model"] == "m1"
+    assert body["choices"][0]["message"]["content"] == "Hello, world!"
+
+
+@dataclass
+class RecordingRequest:
+    calls: list[str] = field(default_factory=list)
+    finished_with: list[tuple[int, str | None]] = field(default_factory=list)
+
+    def decided(self, features: RequestFeatures, decision: Decision, decision_seconds: float) -> None:
+        self.calls.append(f"decided:{decision.route.value}")
+
+    def upstream_started(self, engine: str, attempt: int) -> Mapping[str, str]:
+        self.calls.append(f"started:{engine}:{attempt}")
+        return {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+    def upstream_first_byte(self, engine: str) -> None:
+        self.calls.append(f"first_byte:{engine}")
+
+    def upstream_failed(self, engine: str, error: str, retried: bool) -> None:
+        self.calls.append(f"failed:{engine}:{error}:{retried}")
+
+    def first_token(self) -> None:
+        self.calls.append("first_token")
+
+    def finished(
+        self,
+        status: int,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.calls.append("finished")
+        self.finished_with.append((status, error))
+
+
+@dataclass
+class RecordingTelemetry:
+    requests: list[RecordingRequest] = field(default_factory=list)
+
+    def start_request(
+        self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
+    ) -> RecordingRequest:
+        r = RecordingRequest()
+        self.requests.append(r)
+        return r
+
+
+async def test_telemetry_hooks_in_order_and_finished_exactly_once() -> None:
+    tel = RecordingTelemetry()
+    spec = FakeEngine("m1-spec", status=502)
+    async with harness(spec=spec, telemetry=tel) as h, aiohttp.ClientSession() as s:
+        body = {**REQ, "temperature": 0.0, "stream": True}
+        async with s.post(h.url("/v1/chat/completions"), json=body) as r:
+            await r.read()
+        async with s.post(h.url("/v1/chat/completions"), data=b"{nope") as r:
+            assert r.status == 400
+    first, second = tel.requests
+    assert first.calls == [
+        "decided:spec",
+        "started:spec0:0",
+        "failed:spec0:status_5xx:True",
+        "started:base0:1",
+        "first_byte:base0",
+        "first_token",
+        "finished",
+    ]
+    assert first.finished_with == [(200, None)]
+    assert second.calls == ["finished"] and second.finished_with == [(400, "invalid_json")]
+    assert h.base.requests[0].headers["traceparent"].startswith("00-0af7")
+
+
+@dataclass
+class RecordingPolicy:
+    inner: FixedPolicy = field(default_factory=lambda: FixedPolicy(Route.SPEC))
+    name: str = "recording"
+    outcomes: list[Outcome] = field(default_factory=list)
+    seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
+        return self.inner.decide(features, view, now)
+
+    def observe(self, outcome: Outcome, now: float) -> None:
+        self.outcomes.append(outcome)
+        self.seen.set()
+
+    def snapshot(self) -> dict[str, object]:
+        return {"outcomes": len(self.outcomes)}
+
+
+async def test_policy_observes_outcome_with_lookup_and_reported_acceptance() -> None:
+    policy = RecordingPolicy()
+    prompt = "Return this unchanged: the quick brown fox jumps over the lazy dog"
+    spec = FakeEngine(
+        "m1-spec",
+        tokens=["the", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog"],
+        spec_metrics={"mean_acceptance_length": 4.2, "draft_acceptance_rate": 0.66},
+    )
+    async with harness(spec=spec, policies={"m1": policy}) as h, aiohttp.ClientSession() as s:
+        body = {"model": "m1", "messages": [{"role": "user", "content": prompt}], "stream": True}
+        async with s.post(h.url("/v1/chat/completions"), json=body) as r:
+            await r.read()
+        await asyncio.wait_for(policy.seen.wait(), 5)
+    (o,) = policy.outcomes
+    assert o.route is Route.SPEC and o.engine == "spec0" and o.ok
+    assert o.completion_tokens == 9 and o.prompt_tokens == 7
+    assert o.reported_mean_acceptance_length == 4.2 and o.reported_acceptance_rate == 0.66
+    expected = realised_lookup_acceptance(prompt, "".join(spec.tokens), k=5)
+    assert expected is not None and o.lookup_acceptance == expected
+    assert o.ttft_s is not None and o.ttft_s >= 0
+    assert o.tpot_s is not None and o.tpot_s >= 0
+
+
+async def test_a_failing_policy_observe_never_fails_the_request() -> None:
+    class Broken(RecordingPolicy):
+        def observe(self, outcome: Outcome, now: float) -> None:
+            raise RuntimeError("boom")
+
+    async with (
+        harness(policies={"m1": Broken()}) as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json=REQ) as r,
+    ):
+        assert r.status == 200
+        assert (await r.json())["model"] == "m1"
+
+
+async def test_a_failing_policy_decide_falls_back_to_the_plain_engine() -> None:
+    class Broken(RecordingPolicy):
+        def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
+            raise ZeroDivisionError
+
+    async with (
+        harness(policies={"m1": Broken()}) as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json=REQ) as r,
+    ):
+        assert r.status == 200
+        assert r.headers["x-specgate-route"] == "base"
+        assert r.headers["x-specgate-reason"] == "policy_error"
+    assert json.loads(json.dumps(h.base.requests[0].body))["model"] == "m1-base"

@@ -1,0 +1,513 @@
+"""The engine model: continuous batching with speculative steps, free of sockets and clocks.
+
+One :class:`Engine` is one vLLM engine (one served model). It holds requests in a
+waiting queue and a running batch of at most ``max_num_seqs``; every *step* it
+admits waiting requests (prefill, chunked under ``max_num_batched_tokens``), lets
+each decoding request draft (speculative engines), and prices the step with a
+:class:`gateway.physics.StepTimeProfile`. Time is always passed in (seconds, any
+origin), so the same code runs in real time (:mod:`gateway.emulator.device` driver)
+and in virtual time (``gateway/sim``).
+
+Driving it by hand (what :class:`gateway.emulator.device.Device` does)::
+
+    eng = Engine(EngineConfig(served_model_name="m", spec=parse_spec_config(...)))
+    req = eng.make_request("prompt text", max_tokens=128, temperature=0.0)
+    eng.add_request(req, now)
+    plan = eng.plan_step(now)            # StepPlan: batch, q, ctx, duration_s (or None: idle)
+    events = eng.commit_step(now + plan.duration_s)   # TokenEvents, one per request touched
+
+``plan_step`` must be followed by ``commit_step`` before the next ``plan_step``.
+Engines that share a GPU run their steps on one :class:`~gateway.emulator.device.Device`
+timeline, which decides when each step really ends.
+
+Per-request acceptance: for ``ngram``/``suffix`` a real
+:class:`gateway.text.PromptLookupProposer` drafts from prompt + generated tokens and a
+draft token is accepted while it equals the next answer token (at T > 0 each also
+with probability :func:`~gateway.emulator.acceptance.ngram_token_acceptance`). For
+model-based methods the accepted length is sampled from per-position curves.
+Counters live in :attr:`Engine.stats` (plain ints, for the simulator) and are
+forwarded to an optional :class:`EngineObserver` (Prometheus, see ``metrics.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+from gateway.emulator.acceptance import (
+    curve_for,
+    ngram_token_acceptance,
+    sample_accepted,
+    synthetic_curve,
+)
+from gateway.emulator.spec import SpecConfig
+from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
+from gateway.physics import StepTimeProfile, get_profile
+from gateway.text import PromptLookupProposer, tokenize
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    served_model_name: str = "qwen3-8b"
+    model: str = "Qwen/Qwen3-8B"
+    spec: SpecConfig | None = None
+    max_num_seqs: int = 256
+    max_model_len: int = 4096
+    max_num_batched_tokens: int = 8192
+    profile: str = "h200-qwen3-8b"
+    seed: int = 0
+    #: KV blocks of 16 tokens (the real H200 fixture engine had 4185 at 0.42 memory).
+    num_gpu_blocks: int = 4185
+    block_size: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """Tokens a request produced in one step (several when drafts were accepted)."""
+
+    request: EngineRequest
+    tokens: list[str]
+    time: float
+    finish_reason: str | None = None
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    request_id: str
+    prompt: str
+    prompt_tokens: list[str]
+    max_tokens: int
+    temperature: float
+    gen: AnswerGenerator
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    n_param: int = 1
+    #: Called with each TokenEvent by the real-time driver (not by the engine itself).
+    listener: Callable[[TokenEvent], None] | None = None
+    # --- state ---
+    arrival: float = 0.0
+    scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    finish_reason: str | None = None
+    prefilled: int = 0
+    output: list[str] = field(default_factory=list)
+    text_len: int = 0
+    proposer: PromptLookupProposer | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    cond: list[float] = field(default_factory=list)
+    # --- speculative counters of this request ---
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    @property
+    def kind(self) -> PromptKind:
+        return self.gen.kind
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def ctx(self) -> int:
+        return self.prefilled + len(self.output)
+
+    def spec_summary(self) -> dict[str, object]:
+        """vLLM's per-request ``metrics.speculative_decoding`` object."""
+        d = self.num_drafts
+        return {
+            "num_drafts": d,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_draft_tokens": self.num_accepted,
+            "num_accepted_tokens_per_pos": list(self.accepted_per_pos),
+            "mean_acceptance_length": (1.0 + self.num_accepted / d) if d else 1.0,
+            "draft_acceptance_rate": (self.num_accepted / self.num_draft_tokens)
+            if self.num_draft_tokens
+            else 0.0,
+        }
+
+
+@dataclass(slots=True)
+class _Entry:
+    req: EngineRequest
+    prefill: int = 0  # prompt tokens prefilled in this step
+    drafts: list[str] | None = None  # n-gram draft tokens
+    n_drafts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    batch: int  # sequences in the step (decoding + prefilling)
+    q: float  # mean tokens verified per decoding sequence (1 + drafts)
+    ctx: float  # mean context of the decoding sequences
+    prefill_tokens: int
+    num_tokens: int  # tokens scheduled in the step (vLLM's iteration_tokens)
+    draft_ms: float
+    duration_s: float
+    entries: tuple[_Entry, ...] = ()
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Cumulative counters (the ``vllm:*`` counters without Prometheus)."""
+
+    steps: int = 0
+    busy_s: float = 0.0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    preemptions: int = 0
+
+
+class EngineObserver(Protocol):
+    def on_step(self, plan: StepPlan, now: float) -> None: ...
+
+    def on_first_token(self, req: EngineRequest) -> None: ...
+
+    def on_tokens(self, req: EngineRequest, n: int, itl_s: float | None) -> None: ...
+
+    def on_spec(self, drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -> None: ...
+
+    def on_finished(self, req: EngineRequest) -> None: ...
+
+    def on_prompt_tokens(self, n: int) -> None: ...
+
+
+class Engine:
+    """One emulated vLLM engine (see the module docstring for the protocol)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        profile: StepTimeProfile | None = None,
+        observer: EngineObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.spec = config.spec
+        self.profile = profile or get_profile(config.profile)
+        self.observer = observer
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self.stats = EngineStats(accepted_per_pos=[0] * (config.spec.k if config.spec else 0))
+        self._plan: StepPlan | None = None
+        self._ids = itertools.count()
+        self._kv_capacity = config.num_gpu_blocks * config.block_size
+        self.step_overhead_ms = 0.0  # extra host time per step (fault knob / tuning)
+
+    # --- requests -----------------------------------------------------------------
+    def make_request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        stop: tuple[str, ...] = (),
+        request_id: str | None = None,
+        kind: PromptKind | None = None,
+        prompt_tokens: list[str] | None = None,
+        n_param: int = 1,
+    ) -> EngineRequest:
+        counter = next(self._ids)
+        toks = prompt_tokens if prompt_tokens is not None else tokenize(prompt)
+        s = answer_seed(seed, self.config.seed, counter, temperature)
+        gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
+        req = EngineRequest(
+            request_id=request_id or f"req-{counter}",
+            prompt=prompt,
+            prompt_tokens=toks,
+            max_tokens=max(1, max_tokens),
+            temperature=max(0.0, temperature),
+            gen=gen,
+            ignore_eos=ignore_eos,
+            stop=stop,
+            n_param=n_param,
+            rng=random.Random(s ^ 0x5EED ^ counter),
+        )
+        spec = self.spec
+        if spec is not None:
+            req.accepted_per_pos = [0] * spec.k
+            if spec.synthetic:
+                req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
+            elif not spec.text_based:
+                req.cond = curve_for(spec.method, gen.kind, req.temperature, spec.k)
+        return req
+
+    def add_request(self, req: EngineRequest, now: float) -> None:
+        req.arrival = now
+        self.waiting.append(req)
+
+    def abort(self, req: EngineRequest, now: float) -> bool:
+        """Abort a request (client went away): frees its slot at once. False if already done."""
+        if req.finish_reason is not None:
+            return False
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                return False
+        req.finish_reason = "abort"
+        req.finished_at = now
+        self.stats.finished["abort"] += 1
+        if self.observer:
+            self.observer.on_finished(req)
+        return True
+
+    # --- state ----------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def kv_tokens(self) -> int:
+        bs = self.config.block_size
+        return sum(-(-r.ctx // bs) * bs for r in self.running)
+
+    def kv_usage(self) -> float:
+        return min(1.0, self.kv_tokens() / self._kv_capacity) if self._kv_capacity else 0.0
+
+    # --- stepping ---------------------------------------------------------------------
+    def plan_step(self, now: float) -> StepPlan | None:
+        """Schedule the next step; None when there is nothing to do."""
+        if self._plan is not None:
+            raise RuntimeError("plan_step() called twice without commit_step()")
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        entries: list[_Entry] = []
+        spec = self.spec
+        n_dec = 0
+        dec_tokens = 0
+        ctx_sum = 0
+        drafted_k = 0
+        # 1. decoding requests (and those still mid-prefill) first
+        for req in self.running:
+            if req.prefilled < req.num_prompt_tokens:
+                chunk = min(budget, req.num_prompt_tokens - req.prefilled)
+                if chunk > 0:
+                    entries.append(_Entry(req, prefill=chunk))
+                    budget -= chunk
+                continue
+            e = _Entry(req)
+            if spec is not None:
+                room = min(req.max_tokens - len(req.output), cfg.max_model_len - req.ctx) - 1
+                if room > 0:
+                    if spec.text_based:
+                        assert req.proposer is not None
+                        d = cast(list[str], req.proposer.propose()[:room])
+                        e.drafts = d
+                        e.n_drafts = len(d)
+                    else:
+                        e.n_drafts = min(spec.k, room)
+            entries.append(e)
+            n_dec += 1
+            dec_tokens += 1 + e.n_drafts
+            drafted_k = max(drafted_k, e.n_drafts)
+            ctx_sum += req.ctx
+            budget -= 1 + e.n_drafts
+        # 2. admit waiting requests while there is room (slots, token budget, KV)
+        kv_free = self._kv_capacity - self.kv_tokens()
+        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
+            req = self.waiting[0]
+            need = req.num_prompt_tokens + 1
+            if need > kv_free and self.running:
+                break
+            self.waiting.popleft()
+            self.running.append(req)
+            req.scheduled_at = now
+            kv_free -= need
+            chunk = min(budget, req.num_prompt_tokens)
+            entries.append(_Entry(req, prefill=chunk))
+            budget -= chunk
+        if not entries:
+            return None
+        prefill_tokens = sum(e.prefill for e in entries)
+        n_prefill = sum(1 for e in entries if e.prefill)
+        batch = n_dec + n_prefill
+        q = (dec_tokens + n_prefill) / batch
+        ctx = ctx_sum / n_dec if n_dec else float(max(1, prefill_tokens // max(1, n_prefill)))
+        prof = self.profile
+        step_ms = prof.step_ms(batch, q, ctx) + prof.prefill_ms(prefill_tokens)
+        draft_ms = 0.0
+        if spec is not None and n_dec:
+            # Model drafters run k passes for the batch; n-gram lookup is host work per step.
+            k_eff = drafted_k if spec.text_based else spec.k
+            if k_eff or spec.text_based:
+                draft_ms = prof.draft_ms(spec.method, max(1, k_eff), n_dec, ctx, spec.draft_model)
+        total_ms = step_ms + draft_ms + self.step_overhead_ms
+        plan = StepPlan(
+            batch=batch,
+            q=q,
+            ctx=ctx,
+            prefill_tokens=prefill_tokens,
+            num_tokens=dec_tokens + prefill_tokens,
+            draft_ms=draft_ms,
+            duration_s=total_ms / 1e3,
+            entries=tuple(entries),
+        )
+        self._plan = plan
+        return plan
+
+    def commit_step(self, now: float) -> list[TokenEvent]:
+        """Finish the planned step at ``now``: emit tokens, verify drafts, retire requests."""
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("commit_step() without plan_step()")
+        self._plan = None
+        st = self.stats
+        obs = self.observer
+        st.steps += 1
+        st.busy_s += plan.duration_s
+        if obs:
+            obs.on_step(plan, now)
+        events: list[TokenEvent] = []
+        spec = self.spec
+        step_drafts = step_draft_toks = step_acc = 0
+        step_pos = [0] * (spec.k if spec else 0)
+        for e in plan.entries:
+            req = e.req
+            if req.finish_reason is not None:
+                continue  # aborted mid-step
+            if e.prefill:
+                req.prefilled += e.prefill
+                st.prompt_tokens += e.prefill
+                if obs:
+                    obs.on_prompt_tokens(e.prefill)
+                if req.prefilled < req.num_prompt_tokens:
+                    continue
+                # prefill complete: the step samples the first token
+                if spec is not None and spec.text_based:
+                    req.proposer = PromptLookupProposer(
+                        req.prompt_tokens,
+                        k=spec.k,
+                        n_min=spec.prompt_lookup_min,
+                        n_max=spec.prompt_lookup_max,
+                    )
+                ev = self._emit(req, 1, now)
+                req.first_token_at = now
+                if obs:
+                    obs.on_first_token(req)
+                events.append(ev)
+                continue
+            accepted = 0
+            if e.n_drafts:
+                if spec is not None and spec.text_based and not spec.synthetic:
+                    accepted = self._verify_text(req, e.drafts or [])
+                else:
+                    accepted = sample_accepted(req.cond, e.n_drafts, req.rng)
+                req.num_drafts += 1
+                req.num_draft_tokens += e.n_drafts
+                req.num_accepted += accepted
+                step_drafts += 1
+                step_draft_toks += e.n_drafts
+                step_acc += accepted
+                for i in range(accepted):
+                    req.accepted_per_pos[i] += 1
+                    step_pos[i] += 1
+            events.append(self._emit(req, accepted + 1, now))
+        if step_drafts:
+            st.num_drafts += step_drafts
+            st.num_draft_tokens += step_draft_toks
+            st.num_accepted += step_acc
+            for i, v in enumerate(step_pos):
+                st.accepted_per_pos[i] += v
+            if obs:
+                obs.on_spec(step_drafts, step_draft_toks, step_acc, step_pos)
+        if any(ev.finish_reason for ev in events):
+            self.running = [r for r in self.running if r.finish_reason is None]
+        return events
+
+    def _verify_text(self, req: EngineRequest, drafts: list[str]) -> int:
+        gen = req.gen
+        pos = len(req.output)
+        p_tok = ngram_token_acceptance(req.temperature)
+        a = 0
+        for tok in drafts:
+            if tok != gen.token(pos + a):
+                break
+            if p_tok < 1.0 and req.rng.random() >= p_tok:
+                break
+            a += 1
+        return a
+
+    def _emit(self, req: EngineRequest, n: int, now: float) -> TokenEvent:
+        """Append up to ``n`` answer tokens to ``req`` and decide whether it finished."""
+        cfg = self.config
+        start = len(req.output)
+        natural = req.gen.natural_length if not req.ignore_eos else 1 << 60
+        limit = max(start + 1, min(req.max_tokens, cfg.max_model_len - req.num_prompt_tokens))
+        end = max(start + 1, min(start + n, natural, limit))
+        finish: str | None = None
+        if end >= natural:
+            finish = "stop"
+        elif end >= limit:
+            finish = "length"
+        toks = req.gen.tokens(start, end)
+        if req.stop:
+            toks, hit = _apply_stop(req, toks)
+            if hit:
+                finish = "stop"
+        req.output.extend(toks)
+        if req.proposer is not None:
+            req.proposer.extend(toks)
+        itl = (now - req.last_token_at) if req.last_token_at is not None else None
+        req.last_token_at = now
+        self.stats.generation_tokens += len(toks)
+        if self.observer:
+            self.observer.on_tokens(req, len(toks), itl)
+        if finish is not None:
+            req.finish_reason = finish
+            req.finished_at = now
+            self.stats.finished[finish] += 1
+            if self.observer:
+                self.observer.on_finished(req)
+        return TokenEvent(req, toks, now, finish)
+
+
+def _apply_stop(req: EngineRequest, toks: list[str]) -> tuple[list[str], bool]:
+    """Cut ``toks`` at the first stop string (the stop string itself is not returned)."""
+    tail = "".join(req.output[-8:])
+    new = "".join(toks)
+    text = tail + new
+    best = -1
+    for s in req.stop:
+        if not s:
+            continue
+        i = text.find(s, max(0, len(tail) - len(s) + 1))
+        if i != -1 and (best == -1 or i < best):
+            best = i
+    if best == -1:
+        return toks, False
+    keep = best - len(tail)
+    out: list[str] = []
+    acc = 0
+    for t in toks:
+        if acc + len(t) > keep:
+            if keep - acc > 0:
+                out.append(t[: keep - acc])
+            break
+        out.append(t)
+        acc += len(t)
+    return out, True

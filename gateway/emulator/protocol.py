@@ -1,0 +1,341 @@
+"""OpenAI request validation and vLLM-shaped response bodies for the emulator.
+
+Only the fields the emulator acts on are interpreted; every field it reads is
+type-checked, and errors come back in vLLM's body
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.text import tokenize
+
+CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+SPEC_UNSUPPORTED_MESSAGE = "min_p and logit_bias parameters won't work with speculative decoding."
+
+
+class ApiError(Exception):
+    def __init__(
+        self, message: str, *, status: int = 400, type_: str | None = None, param: str | None = None
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type_ or {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}.get(
+            status, "BadRequestError"
+        )
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.status, self.param)
+
+
+def error_body(message: str, type_: str, code: int, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    chat: bool
+    prompts: list[str]  # one per prompt (completions may batch several)
+    prompt_tokens: list[list[str]]
+    max_tokens: int | None
+    temperature: float
+    n: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    stop: tuple[str, ...]
+    seed: int | None
+    ignore_eos: bool
+    min_p: float
+    logit_bias: dict[str, float] = field(default_factory=dict)
+    echo: bool = False
+
+    @property
+    def spec_unsupported(self) -> bool:
+        return self.min_p > 0.0 or bool(self.logit_bias)
+
+
+def _num(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+        raise ApiError(f"{key} must be a number in [{lo}, {hi}], got {v!r}", param=key)
+    return float(v)
+
+
+def _int(body: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ApiError(f"{key} must be an integer in [{lo}, {hi}], got {v!r}", param=key)
+    return v
+
+
+def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(f"{key} must be a boolean", param=key)
+    return v
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                raise ApiError(f"messages[{i}].content: only text parts are supported", param="messages")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ApiError(f"messages[{i}].content[].text must be a string", param="messages")
+            parts.append(text)
+        return "\n".join(parts)
+    raise ApiError(f"messages[{i}].content must be a string or a list of parts", param="messages")
+
+
+def chat_template(messages: Any) -> str:
+    """Render messages with a Qwen-style chat template (what the engine 'sees')."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("messages must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ApiError(f"messages[{i}] must be an object", param="messages")
+        role = m.get("role")
+        if role not in CHAT_ROLES:
+            raise ApiError(f"messages[{i}].role must be one of {sorted(CHAT_ROLES)}", param="messages")
+        out.append(f"<|im_start|>{role}\n{_content_text(m.get('content'), i)}<|im_end|>\n")
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def _prompts(body: dict[str, Any]) -> list[str]:
+    p = body.get("prompt")
+    if isinstance(p, str):
+        return [p]
+    if isinstance(p, list) and p:
+        if all(isinstance(x, str) for x in p):
+            return list(p)
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+            return ["".join(f" t{x}" for x in p)]
+        if all(isinstance(x, list) and all(isinstance(y, int) for y in x) for x in p):
+            return ["".join(f" t{y}" for y in x) for x in p]
+    raise ApiError("prompt must be a string, a list of strings or a list of token ids", param="prompt")
+
+
+def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_len: int) -> ParsedRequest:
+    if not isinstance(body, dict):
+        raise ApiError("request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model_name:
+        raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+    prompts = [chat_template(body.get("messages"))] if chat else _prompts(body)
+    toks = [tokenize(p) for p in prompts]
+    max_tokens = _int(body, "max_completion_tokens" if chat else "max_tokens", 1, 1 << 30)
+    if chat and max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1, 1 << 30)
+    longest = max(len(t) for t in toks)
+    if longest >= max_model_len or (max_tokens is not None and longest + max_tokens > max_model_len):
+        raise ApiError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{longest + (max_tokens or 0)} tokens ({longest} in the messages, {max_tokens or 0} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            param="max_tokens" if max_tokens else "messages" if chat else "prompt",
+        )
+    _num(body, "top_p", 1.0, 1e-9, 1.0)
+    _num(body, "presence_penalty", 0.0, -2.0, 2.0)
+    _num(body, "frequency_penalty", 0.0, -2.0, 2.0)
+    _num(body, "repetition_penalty", 1.0, 1e-9, 100.0)
+    _int(body, "top_k", -1, 1 << 20)
+    stream = _bool(body, "stream")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise ApiError("stream_options must be an object", param="stream_options")
+    so = so or {}
+    if so and not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
+    stop_raw = body.get("stop")
+    if stop_raw is None:
+        stop: tuple[str, ...] = ()
+    elif isinstance(stop_raw, str):
+        stop = (stop_raw,)
+    elif isinstance(stop_raw, list) and all(isinstance(s, str) for s in stop_raw):
+        stop = tuple(stop_raw)
+    else:
+        raise ApiError("stop must be a string or a list of strings", param="stop")
+    lb = body.get("logit_bias")
+    if lb is not None and (
+        not isinstance(lb, dict)
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in lb.values())
+    ):
+        raise ApiError("logit_bias must map token ids to numbers", param="logit_bias")
+    return ParsedRequest(
+        chat=chat,
+        prompts=prompts,
+        prompt_tokens=toks,
+        max_tokens=max_tokens,
+        temperature=_num(body, "temperature", 1.0, 0.0, 2.0),
+        n=_int(body, "n", 1, 128) or 1,
+        stream=stream,
+        include_usage=_bool(so, "include_usage"),
+        continuous_usage=_bool(so, "continuous_usage_stats"),
+        stop=stop,
+        seed=_int(body, "seed", -(1 << 63), (1 << 64) - 1),
+        ignore_eos=_bool(body, "ignore_eos"),
+        min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
+        logit_bias={str(k): float(v) for k, v in (lb or {}).items()},
+        echo=_bool(body, "echo"),
+    )
+
+
+# --- bodies ------------------------------------------------------------------------------
+
+
+def new_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def chunk(
+    *,
+    chat: bool,
+    rid: str,
+    created: int,
+    model: str,
+    index: int,
+    text: str,
+    finish_reason: str | None,
+    role: bool = False,
+) -> dict[str, Any]:
+    choice: dict[str, Any]
+    if chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": text} if role else {"content": text}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    else:
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    if finish_reason is not None:
+        choice["stop_reason"] = None
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+    }
+
+
+def full_response(
+    *,
+    chat: bool,
+    rid: str,
+    created: int,
+    model: str,
+    choices: list[tuple[str, str]],
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for i, (text, reason) in enumerate(choices):
+        if chat:
+            out.append(
+                {
+                    "index": i,
+                    "message": {
+                        "role": "assistant",
+                        "content": text,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "tool_calls": [],
+                        "reasoning_content": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": reason,
+                    "stop_reason": None,
+                }
+            )
+        else:
+            out.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": reason,
+                    "stop_reason": None,
+                    "prompt_logprobs": None,
+                }
+            )
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": out,
+        "usage": usage(prompt_tokens, completion_tokens),
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+    }
+
+
+def models_body(served: str, root: str, max_model_len: int, created: int | None = None) -> dict[str, Any]:
+    created = created or int(time.time())
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": served,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": "modelperm-" + uuid.uuid4().hex,
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        ],
+    }

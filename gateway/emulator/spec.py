@@ -1,0 +1,164 @@
+"""``--speculative-config`` parsing, with vLLM's keys and its refusal of unknown ones."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+METHODS = (
+    "ngram",
+    "ngram_gpu",
+    "suffix",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "medusa",
+    "mlp_speculator",
+)
+TEXT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+# Keys of vLLM's SpeculativeConfig that the emulator accepts (most only matter on a GPU).
+KNOWN_KEYS = frozenset(
+    {
+        "method",
+        "num_speculative_tokens",
+        "model",
+        "prompt_lookup_min",
+        "prompt_lookup_max",
+        "draft_tensor_parallel_size",
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "quantization",
+        "max_model_len",
+        "revision",
+        "code_revision",
+        "disable_padded_drafter_batch",
+        "speculative_token_tree",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "enforce_eager",
+        "parallel_drafting",
+    }
+)
+
+
+class SpecConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    method: str
+    k: int
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
+    draft_model: str | None = None
+    synthetic: bool = False
+    synthetic_rates: tuple[float, ...] = ()
+    synthetic_length: float | None = None
+
+    @property
+    def text_based(self) -> bool:
+        """Drafts come from looking up the token sequence (n-gram / suffix)."""
+        return self.method in TEXT_METHODS
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.k}
+        if self.text_based:
+            d["prompt_lookup_min"] = self.prompt_lookup_min
+            d["prompt_lookup_max"] = self.prompt_lookup_max
+        if self.draft_model:
+            d["model"] = self.draft_model
+        if self.synthetic:
+            d["rejection_sample_method"] = "synthetic"
+        return d
+
+
+def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise SpecConfigError(f"{key} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def parse_spec_config(raw: str | dict[str, Any] | None) -> SpecConfig | None:
+    """Parse the JSON of ``--speculative-config`` (None or empty: no speculation)."""
+    if raw is None or raw == "" or raw == {}:
+        return None
+    if isinstance(raw, str):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise SpecConfigError(f"--speculative-config is not valid JSON: {e}") from None
+    else:
+        data = raw
+    if not isinstance(data, dict):
+        raise SpecConfigError("--speculative-config must be a JSON object")
+    unknown = sorted(set(data) - KNOWN_KEYS)
+    if unknown:
+        raise SpecConfigError(f"unknown speculative config keys: {', '.join(unknown)}")
+    method = data.get("method")
+    if method is None:
+        method = "draft_model" if data.get("model") else None
+    if method == "[ngram]":
+        method = "ngram"
+    if method not in METHODS:
+        raise SpecConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    k = _int(data, "num_speculative_tokens", 1, 32)
+    if k is None:
+        raise SpecConfigError("num_speculative_tokens is required")
+    lo = _int(data, "prompt_lookup_min", 1, 64)
+    hi = _int(data, "prompt_lookup_max", 1, 64)
+    if lo is None and hi is None:
+        lo = hi = 5
+    elif lo is None:
+        lo = hi
+    elif hi is None:
+        hi = max(5, lo)
+    assert lo is not None and hi is not None
+    if lo > hi:
+        raise SpecConfigError("prompt_lookup_min must be <= prompt_lookup_max")
+    rsm = data.get("rejection_sample_method", "standard")
+    if rsm not in ("standard", "synthetic"):
+        raise SpecConfigError("rejection_sample_method must be 'standard' or 'synthetic'")
+    rates_raw = data.get("synthetic_acceptance_rates")
+    rates: tuple[float, ...] = ()
+    if rates_raw is not None:
+        if not isinstance(rates_raw, list) or not all(
+            isinstance(r, int | float) and not isinstance(r, bool) and 0 <= r <= 1 for r in rates_raw
+        ):
+            raise SpecConfigError("synthetic_acceptance_rates must be a list of numbers in [0, 1]")
+        rates = tuple(float(r) for r in rates_raw)
+        if any(b > a for a, b in itertools.pairwise(rates)):
+            raise SpecConfigError("synthetic_acceptance_rates must be non-increasing")
+    length = data.get("synthetic_acceptance_length")
+    if length is not None and (
+        isinstance(length, bool) or not isinstance(length, int | float) or not 1 <= length <= k + 1
+    ):
+        raise SpecConfigError(f"synthetic_acceptance_length must be a number in [1, {k + 1}]")
+    if rsm == "synthetic" and not rates and length is None:
+        raise SpecConfigError(
+            "rejection_sample_method 'synthetic' needs synthetic_acceptance_rates or "
+            "synthetic_acceptance_length"
+        )
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise SpecConfigError("model must be a string")
+    return SpecConfig(
+        method=str(method),
+        k=k,
+        prompt_lookup_min=lo,
+        prompt_lookup_max=hi,
+        draft_model=model,
+        synthetic=rsm == "synthetic",
+        synthetic_rates=rates,
+        synthetic_length=float(length) if length is not None else None,
+    )

@@ -1,0 +1,255 @@
+"""Answer text for emulated requests: deterministic per seed, shaped by the prompt.
+
+:func:`classify` sorts a prompt into one of three kinds by what it asks:
+
+``edit``     rewrite / refactor / fix code or text that is pasted in the prompt: the
+             answer copies the pasted source in order, with small edits (high copy);
+``summary``  summarise / extract / quote from a pasted document: the answer
+             alternates quoted spans of the document with new words (medium copy);
+``chat``     an open question: the answer is new words (near-zero copy).
+
+:class:`AnswerGenerator` produces the answer as a lazily extended token stream
+(tokens of :func:`gateway.text.tokenize`): a sequence of *copy* segments (spans of
+the prompt's source region) and *novel* segments (filler words). Temperature lowers
+the copy probability and makes copies break off sooner. Nothing here knows about
+speculation: the engine runs a real prompt-lookup proposer over the tokens, so the
+acceptance of n-gram drafts emerges from this text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.text import tokenize
+
+
+class PromptKind(StrEnum):
+    EDIT = "edit"
+    SUMMARY = "summary"
+    CHAT = "chat"
+
+
+_EDIT_WORDS = re.compile(
+    r"\b(rewrite|refactor|rename|edit|fix|modify|update|change|convert|port|translate|reformat|"
+    r"add (?:type hints|docstrings|comments|logging)|unchanged|return the (?:full|whole|complete)|"
+    r"apply|patch|replace)\b",
+    re.IGNORECASE,
+)
+_SUMMARY_WORDS = re.compile(
+    r"\b(summari[sz]e|summary|extract|quote|tl;?dr|key points|according to|based on the "
+    r"(?:document|text|article|context|passage)|list (?:the|all)|what does the (?:document|text|article))\b",
+    re.IGNORECASE,
+)
+_CODE = re.compile(r"```|\bdef |\bclass |\bfunction\b|;\s*$|\{\s*$|\breturn\b", re.MULTILINE)
+_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
+
+LONG_DOCUMENT_TOKENS = 300
+
+
+def classify(prompt: str) -> PromptKind:
+    """What the prompt asks for, judged from its words and what is pasted into it."""
+    has_code = bool(_CODE.search(prompt))
+    n_tokens = len(tokenize(prompt)) if len(prompt) < 200_000 else 50_000
+    if _EDIT_WORDS.search(prompt) and (has_code or n_tokens > 80):
+        return PromptKind.EDIT
+    if _SUMMARY_WORDS.search(prompt) and n_tokens > 60:
+        return PromptKind.SUMMARY
+    if n_tokens >= LONG_DOCUMENT_TOKENS:
+        return PromptKind.SUMMARY  # a long pasted document: answers lean on it
+    return PromptKind.CHAT
+
+
+@dataclass(frozen=True, slots=True)
+class KindParams:
+    copy_prob: float  # probability that a segment is a copy of the source (at T=0)
+    copy_len: float  # mean copy segment length (tokens)
+    novel_len: float  # mean novel segment length (tokens)
+    skip_len: float  # mean source tokens skipped (replaced) after an edit (edit kind)
+    sequential: bool  # copies walk through the source in order (edits) or jump (quotes)
+
+
+PARAMS: dict[PromptKind, KindParams] = {
+    PromptKind.EDIT: KindParams(copy_prob=0.93, copy_len=14.0, novel_len=2.0, skip_len=1.5, sequential=True),
+    PromptKind.SUMMARY: KindParams(
+        copy_prob=0.45, copy_len=9.0, novel_len=12.0, skip_len=0, sequential=False
+    ),
+    PromptKind.CHAT: KindParams(copy_prob=0.03, copy_len=3.0, novel_len=60.0, skip_len=0, sequential=False),
+}
+
+_FILLER_TEXT = """
+    the a of to and in is that it for as with on this be are by an can which from we will or more
+    each when also these its one their other has have not but then so used into them some time may
+    model value system data first new two over only way such result results use both between well
+    through where after most our make like just many those any while because very good could should
+    would might must need needs given set number part process approach case cases point example
+    important different following however therefore thus often usually simply clearly step steps
+    question answer idea reason reasons change changes design simple small large better best work
+    works working users user people team project code function method call calls return returns
+    state level note notes check rather since without within across about around under above below
+    because still again already perhaps likely consider keep keeps making made take takes taking
+    give gives show shows help helps run runs start starts end ends open close long short fast slow
+"""
+_FILLER = tuple(_FILLER_TEXT.split())
+_PUNCT = (".", ",", ".", ",", ";", ":")
+
+
+def _seed_int(*parts: object) -> int:
+    h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little")
+
+
+def _source_region(prompt_tokens: list[str], prompt: str, kind: PromptKind) -> list[str]:
+    """The part of the prompt an answer copies from (code blocks for edits, else the prompt)."""
+    if kind is PromptKind.EDIT:
+        blocks = _FENCE.findall(prompt)
+        if blocks:
+            toks = tokenize("\n".join(blocks))
+            if len(toks) >= 8:
+                return toks
+    return prompt_tokens
+
+
+class AnswerGenerator:
+    """A lazily generated, deterministic answer token stream for one request.
+
+    ``token(i)`` is the i-th answer token; ``natural_length`` is where the answer
+    would end (finish_reason ``stop``) unless the request ignores EOS.
+    """
+
+    __slots__ = (
+        "_copy_run",
+        "_cursor",
+        "_out",
+        "_p",
+        "_rng",
+        "_src",
+        "kind",
+        "natural_length",
+        "temperature",
+    )
+
+    def __init__(
+        self,
+        prompt: str,
+        prompt_tokens: list[str],
+        *,
+        temperature: float = 0.0,
+        seed: int = 0,
+        kind: PromptKind | None = None,
+    ) -> None:
+        self.kind = kind or classify(prompt)
+        self.temperature = max(0.0, temperature)
+        self._p = PARAMS[self.kind]
+        self._rng = random.Random(_seed_int(prompt, seed, round(self.temperature, 4)))
+        self._src = _source_region(prompt_tokens, prompt, self.kind) or ["\n"]
+        self._cursor = 0
+        self._copy_run = 0
+        self._out: list[str] = []
+        rng = self._rng
+        if self.kind is PromptKind.EDIT:
+            # The edited source ends where the walk through it ends.
+            while self._cursor < len(self._src) and len(self._out) < 100_000:
+                self._segment()
+            self.natural_length = max(1, len(self._out))
+        elif self.kind is PromptKind.SUMMARY:
+            self.natural_length = min(800, 40 + int(0.3 * len(self._src)) + rng.randrange(0, 60))
+        else:
+            self.natural_length = 120 + rng.randrange(0, 380)
+
+    # --- knobs that depend on temperature -------------------------------------------
+    def _copy_prob(self) -> float:
+        t = self.temperature
+        return self._p.copy_prob * max(0.05, 1.0 - 0.35 * t)
+
+    def _deviation(self) -> float:
+        """Per-token probability that sampling leaves a copied span (0 at T=0)."""
+        return 0.05 * self.temperature
+
+    # --- generation -----------------------------------------------------------------
+    def token(self, i: int) -> str:
+        out = self._out
+        while len(out) <= i:
+            self._segment()
+        return out[i]
+
+    def tokens(self, start: int, end: int) -> list[str]:
+        if end > len(self._out):
+            self.token(end - 1)
+        return self._out[start:end]
+
+    def _geometric(self, mean: float) -> int:
+        # Geometric on {1, 2, ...} with the given mean.
+        if mean <= 1.0:
+            return 1
+        p = 1.0 / mean
+        n = 1
+        rng = self._rng
+        while rng.random() > p and n < 10_000:
+            n += 1
+        return n
+
+    def _segment(self) -> None:
+        rng = self._rng
+        p = self._p
+        # Copies and novel segments alternate; after a novel segment the answer copies
+        # again with the kind's (temperature-lowered) copy probability.
+        if not self._copy_run and rng.random() < self._copy_prob():
+            self._copy(self._geometric(p.copy_len))
+            self._copy_run = 1
+        else:
+            self._novel(self._geometric(p.novel_len * (1.0 + self.temperature)))
+            self._copy_run = 0
+
+    def _copy(self, length: int) -> None:
+        src = self._src
+        n = len(src)
+        if self._p.sequential:
+            if self._cursor >= n:
+                self._cursor = 0  # the edit is done; a model ignoring EOS starts over
+            start = self._cursor
+        else:
+            start = self._rng.randrange(0, n)
+        dev = self._deviation()
+        rng = self._rng
+        out = self._out
+        i = start
+        end = min(n, start + length)
+        while i < end:
+            if dev and rng.random() < dev:
+                out.append(self._filler_token())
+                i += 1  # a sampled token replaced the source one
+                break
+            out.append(src[i])
+            i += 1
+        self._cursor = i
+        if self._p.sequential and self._p.skip_len:
+            skip = self._geometric(self._p.skip_len) - 1
+            self._cursor = min(n, self._cursor + skip)
+
+    def _novel(self, length: int) -> None:
+        out = self._out
+        for _ in range(length):
+            out.append(self._filler_token())
+
+    def _filler_token(self) -> str:
+        rng = self._rng
+        r = rng.random()
+        if r < 0.08:
+            return rng.choice(_PUNCT)
+        if r < 0.10:
+            return "\n"
+        return " " + rng.choice(_FILLER)
+
+
+def answer_seed(request_seed: int | None, engine_seed: int, counter: int, temperature: float) -> int:
+    """The seed of one answer: the request's seed if given; at T=0 a fixed one (greedy
+    decoding is deterministic); otherwise a fresh one per request."""
+    if request_seed is not None:
+        return request_seed
+    if temperature <= 0.0:
+        return engine_seed
+    return _seed_int(engine_seed, counter)

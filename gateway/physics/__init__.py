@@ -1,0 +1,27 @@
+"""GPU step-time physics shared by the emulator and the routing core.
+
+``get_profile(name).step_ms(batch, q, ctx)`` is the step time T of one engine step;
+:data:`SHARED_DEVICE_EFFICIENCY` says how much of a GPU two time-sliced engines get.
+"""
+
+from gateway.physics.profile import (
+    PROFILE_NAMES,
+    GridProfile,
+    RooflineProfile,
+    StepTimeProfile,
+    calibration_rows,
+    get_profile,
+)
+from gateway.physics.shared import SHARED_DEVICE_EFFICIENCY, SharedScenario, shared_gpu_scenarios
+
+__all__ = [
+    "PROFILE_NAMES",
+    "SHARED_DEVICE_EFFICIENCY",
+    "GridProfile",
+    "RooflineProfile",
+    "SharedScenario",
+    "StepTimeProfile",
+    "calibration_rows",
+    "get_profile",
+    "shared_gpu_scenarios",
+]

@@ -8,6 +8,7 @@ import socket
 import time
 
 import aiohttp
+from multidict import CIMultiDict
 
 from gateway.api.state import STATE
 from tests.proxy.fake_engine import FakeEngine
@@ -25,9 +26,9 @@ def _dead_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-async def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
+async def _post(url: str, body: dict[str, object]) -> tuple[int, CIMultiDict[str], bytes]:
     async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
-        return r.status, dict(r.headers), await r.read()
+        return r.status, CIMultiDict(r.headers), await r.read()
 
 
 async def test_connection_refused_retries_on_sibling() -> None:

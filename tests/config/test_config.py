@@ -1,0 +1,181 @@
+"""Configuration: embedded default, YAML errors naming file/field/problem, env and CLI overrides."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.api import cli_serve
+from gateway.config import ConfigError, GatewayConfig, default_config_text, load_config
+
+
+def _write(tmp_path: Path, data: object, name: str = "gw.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return p
+
+
+def _minimal() -> dict[str, object]:
+    return yaml.safe_load(default_config_text())  # type: ignore[no-any-return]
+
+
+def test_embedded_default() -> None:
+    cfg = load_config(None, env={})
+    assert cfg.server.port == 8000 and cfg.server.host == "127.0.0.1"
+    (m,) = cfg.models
+    assert m.name == "qwen3-8b"
+    (p,) = m.pairs
+    assert (p.spec.url, p.spec.served_model_name, p.spec.method, p.spec.k) == (
+        "http://127.0.0.1:8101",
+        "qwen3-8b-spec",
+        "ngram",
+        5,
+    )
+    assert (p.spec.prompt_lookup_min, p.spec.prompt_lookup_max) == (2, 5)
+    assert (p.base.url, p.base.served_model_name, p.base.method) == (
+        "http://127.0.0.1:8102",
+        "qwen3-8b-base",
+        None,
+    )
+    assert cfg.server.api_keys == [] and cfg.server.log_payloads is False
+    assert m.retry.on_sibling is True
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
+        load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
+    p = _write(tmp_path, "server:\n  port: 80\n  host: [unclosed\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p, env={})
+    msg = str(e.value)
+    assert str(p) in msg and "line" in msg and "invalid YAML" in msg
+
+
+def test_top_level_must_be_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(_write(tmp_path, "- a\n- b\n"), env={})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda d: d["server"].update(port="eighty"), "server.port", "valid integer"),
+        (lambda d: d["server"].update(prot=1), "server.prot", "unknown field"),
+        (
+            lambda d: d["models"][0]["pairs"][0]["spec"].update(url="ftp://x"),
+            "models[0].pairs[0].spec.url",
+            "http",
+        ),
+        (lambda d: d["models"][0]["pairs"][0]["spec"].pop("method"), "models[0].pairs[0]", "method"),
+        (lambda d: d["models"][0]["pairs"][0]["base"].update(k=3), "models[0].pairs[0]", "plain"),
+        (
+            lambda d: d["models"][0]["timeouts"].update(connect_s=-1),
+            "models[0].timeouts.connect_s",
+            "greater than",
+        ),
+        (lambda d: d["models"][0]["routing"].update(policy="magic"), "models[0].routing.policy", "adaptive"),
+        (lambda d: d["models"][0].update(pairs=[]), "models[0].pairs", "at least 1"),
+        (lambda d: d["models"][0].update(name="has space"), "models[0].name", "letters, digits"),
+        (lambda d: d["server"].update(api_keys=["short"]), "server.api_keys", "at least 8"),
+        (lambda d: d["models"].append(dict(d["models"][0])), "models", "appears twice"),
+    ],
+)
+def test_validation_errors_name_file_field_and_problem(
+    tmp_path: Path, mutate, field: str, problem: str
+) -> None:  # type: ignore[no-untyped-def]
+    data = _minimal()
+    mutate(data)
+    p = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as e:
+        load_config(p, env={})
+    msg = str(e.value)
+    assert msg.startswith(str(p)), msg
+    assert field in msg, msg
+    assert problem in msg, msg
+
+
+def test_env_overrides_with_nesting_lists_and_shortcuts(tmp_path: Path) -> None:
+    env = {
+        "SPECGATE_SERVER__PORT": "9000",
+        "SPECGATE_SERVER__LOG_JSON": "true",
+        "SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S": "30.5",
+        "SPECGATE_MODELS__0__ROUTING__POLICY": "always-base",
+        "SPECGATE_MODELS__0__PAIRS__0__SPEC__URL": "http://10.0.0.1:9000/",
+        "SPECGATE_API_KEYS": "key-one-111, key-two-222",
+        "SPECGATE_ADMIN_KEYS": '["admin-key-1"]',
+        "SPECGATE_SOMETHING_ELSE": "ignored",
+        "PATH": "/usr/bin",
+    }
+    cfg = load_config(_write(tmp_path, _minimal()), env=env)
+    assert cfg.server.port == 9000 and cfg.server.log_json is True
+    assert cfg.models[0].timeouts.total_s == 30.5
+    assert cfg.models[0].routing.policy == "always-base"
+    assert cfg.models[0].pairs[0].spec.url == "http://10.0.0.1:9000"
+    assert [k.get_secret_value() for k in cfg.server.api_keys] == ["key-one-111", "key-two-222"]
+    assert [k.get_secret_value() for k in cfg.server.admin_keys] == ["admin-key-1"]
+
+
+def test_env_error_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"SPECGATE_SERVER__MAX_CONCURRENCY": "-4"})
+    msg = str(e.value)
+    assert "server.max_concurrency" in msg and "SPECGATE_SERVER__MAX_CONCURRENCY" in msg
+    with pytest.raises(ConfigError, match="out of range"):
+        load_config(None, env={"SPECGATE_MODELS__3__NAME": "x"})
+
+
+def test_config_file_from_env(tmp_path: Path) -> None:
+    data = _minimal()
+    data["server"]["port"] = 8123  # type: ignore[index]
+    p = _write(tmp_path, data)
+    assert load_config(None, env={"SPECGATE_CONFIG": str(p)}).server.port == 8123
+
+
+def test_cli_overrides_beat_env(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    cli_serve.configure(parser)
+    args = parser.parse_args(
+        ["--port", "7001", "--policy", "always-spec", "--no-scrape", "--max-concurrency", "3"]
+    )
+    env = {"SPECGATE_SERVER__PORT": "9000", "SPECGATE_SERVER__MAX_CONCURRENCY": "99"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        cfg = cli_serve.load_from_args(args)
+    assert cfg.server.port == 7001 and cfg.server.max_concurrency == 3
+    assert cfg.models[0].routing.policy == "always-spec"
+    assert cfg.scrape.enabled is False
+
+
+def test_overrides_accept_nested_mappings() -> None:
+    cfg = load_config(None, env={}, overrides={"server": {"port": 1234, "host": None}})
+    assert cfg.server.port == 1234 and cfg.server.host == "127.0.0.1"
+
+
+def test_serve_check_masks_secrets_and_bad_config_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    cli_serve.configure(parser)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECGATE_API_KEYS", "very-secret-key-1")
+        assert cli_serve.main(parser.parse_args(["--check"])) == 0
+    out = capsys.readouterr().out
+    assert "very-secret-key-1" not in out and "**********" in out
+    GatewayConfig.model_validate(yaml.safe_load(out.replace("'**********'", "'xxxxxxxxxx'")))
+
+    bad = _write(tmp_path, {"server": {"port": 1}, "models": []})
+    assert cli_serve.main(parser.parse_args(["--config", str(bad)])) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err and str(bad) in err and "models" in err
+
+
+def test_secrets_never_in_repr() -> None:
+    cfg = load_config(None, env={"SPECGATE_API_KEYS": "super-secret-123"})
+    assert "super-secret-123" not in repr(cfg) and "super-secret-123" not in str(cfg.model_dump())

@@ -237,7 +237,7 @@ class Engine:
             ignore_eos=ignore_eos,
             stop=stop,
             n_param=n_param,
-            rng=random.Random(s ^ 0x5EED ^ counter),
+            rng=random.Random(hash((s, counter, self.config.seed, 0x5EED))),
         )
         spec = self.spec
         if spec is not None:

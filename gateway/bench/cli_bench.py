@@ -1,0 +1,331 @@
+"""``specgate bench``: the end-to-end policy benchmark through real sockets.
+
+For every policy and every offered QPS it starts a fresh emulated engine pair on one
+device timeline (``specgate emulate --pair``) and a fresh gateway (``specgate serve``)
+with that policy, offers open-loop Poisson arrivals of streaming requests from the
+prompt corpus, and reports TPOT, TTFT, throughput, goodput and route shares in
+emulated time. Outputs: results.csv, results.json, results.md, a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import random
+import shlex
+import statistics
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from gateway.bench.loadgen import PointResult, run_point
+from gateway.bench.procs import Proc, free_port
+from gateway.bench.report import markdown_table, write_all
+from gateway.bench.stats import summarize
+from gateway.workload import TemperatureDist, parse_mix, sample
+
+POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
+README_BEGIN = "<!-- section:bench -->"
+README_END = "<!-- /section:bench -->"
+
+DESCRIPTION = """\
+End-to-end policy benchmark through real sockets (no GPU needed).
+
+For each policy and each offered QPS: start an emulated spec+base engine pair sharing one
+device timeline, start the gateway with that policy in front of it, offer open-loop
+Poisson arrivals of streaming chat requests from the corpus (copy-heavy code edits,
+summaries/extraction/quoting, RAG, open chat) for --warmup + --duration emulated seconds,
+then report mean/p99 TPOT and TTFT, output tokens/s, goodput and the share routed to the
+speculative engine. All times are emulated: with --time-scale S the emulator runs S times
+slower than the wall clock so that this machine's CPU is not the bottleneck ('auto' picks S
+per point from --cpu-tokens-per-s).
+"""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = DESCRIPTION
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument(
+        "--policies",
+        default="adaptive,always-spec,always-base",
+        help="comma-separated routing policies (default %(default)s; also: temperature)",
+    )
+    p.add_argument("--qps", default="1,4,12,32", help="offered QPS points, emulated (default %(default)s)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per point (emulated)")
+    p.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before each window")
+    p.add_argument("--drain", type=float, default=60.0, help="max seconds to wait for the window's requests")
+    p.add_argument("--time-scale", default="auto", help="wall seconds per emulated second, or 'auto'")
+    p.add_argument(
+        "--cpu-tokens-per-s",
+        type=float,
+        default=1200.0,
+        help="'auto' time scale: streamed tokens/s (wall) this machine relays comfortably "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--mix", default="default", help="workload mix, e.g. edit=0.4,summary=0.2,rag=0.1,chat=0.3"
+    )
+    p.add_argument(
+        "--temperature", default="uniform:0:1", help="temperature distribution (default %(default)s)"
+    )
+    p.add_argument("--max-tokens-cap", type=int, default=384, help="upper bound of max_tokens per request")
+    p.add_argument("--seed", type=int, default=1, help="arrivals and corpus seed (same for every policy)")
+    p.add_argument(
+        "--profile", default="h200-qwen3-8b", help="emulator step-time profile (default %(default)s)"
+    )
+    p.add_argument("--max-num-seqs", type=int, default=256, help="emulated engines' batch limit")
+    p.add_argument("--tpot-slo-ms", type=float, default=30.0, help="goodput: TPOT at or below this")
+    p.add_argument("--ttft-slo-ms", type=float, default=3000.0, help="goodput: TTFT at or below this")
+    p.add_argument("--out", default="out/bench", help="output directory (default %(default)s)")
+    p.add_argument("--update-readme", metavar="README", help="replace the bench section of this README")
+
+
+def _auto_scale(qps: float, mean_tokens: float, budget: float) -> float:
+    return round(max(1.0, qps * mean_tokens / max(budget, 1.0)), 2)
+
+
+def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> dict[str, Any]:
+    return {
+        "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
+        "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
+        "models": [
+            {
+                "name": "qwen3-8b",
+                "pairs": [
+                    {
+                        "device": "gpu0",
+                        "spec": {
+                            "name": "spec0",
+                            "url": f"http://127.0.0.1:{spec_port}",
+                            "served_model_name": "qwen3-8b-spec",
+                            "method": "ngram",
+                            "k": 5,
+                            "prompt_lookup_min": 2,
+                            "prompt_lookup_max": 5,
+                        },
+                        "base": {
+                            "name": "base0",
+                            "url": f"http://127.0.0.1:{base_port}",
+                            "served_model_name": "qwen3-8b-base",
+                        },
+                    }
+                ],
+                "timeouts": {"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
+                "routing": {"policy": policy},
+            }
+        ],
+    }
+
+
+async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float, logdir: str) -> PointResult:
+    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
+    tag = f"{policy}-q{qps:g}"
+    emu = Proc(
+        "emulator",
+        [
+            "emulate",
+            "--pair",
+            "--spec-port",
+            str(spec_port),
+            "--base-port",
+            str(base_port),
+            "--time-scale",
+            str(scale),
+            "--profile",
+            args.profile,
+            "--max-num-seqs",
+            str(args.max_num_seqs),
+            "--seed",
+            str(args.seed),
+        ],
+        os.path.join(logdir, f"{tag}-emulator.log"),
+    )
+    cfg_path = os.path.join(logdir, f"{tag}-gateway.yaml")
+    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
+    gw = Proc(
+        "gateway",
+        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+        os.path.join(logdir, f"{tag}-gateway.log"),
+    )
+    try:
+        await emu.start()
+        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
+        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
+        await gw.start()
+        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
+        await asyncio.sleep(1.5)  # a couple of scrapes, so that policies see both engines
+        return await run_point(
+            f"http://127.0.0.1:{gw_port}",
+            "qwen3-8b",
+            qps,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            mix=args.mix,
+            temperature=args.temperature,
+            seed=args.seed,
+            time_scale=scale,
+            max_tokens_cap=args.max_tokens_cap,
+            drain_s=args.drain,
+        )
+    finally:
+        await gw.stop()
+        await emu.stop()
+
+
+def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: PointResult) -> dict[str, Any]:
+    dur = res.window[1] - res.window[0]
+    s = summarize(res.records, dur, tpot_slo_s=args.tpot_slo_ms / 1000, ttft_slo_s=args.ttft_slo_ms / 1000)
+
+    def ms(key: str) -> float | None:
+        v = s.get(key)
+        return None if v is None else round(float(v) * 1000, 2)
+
+    by_kind: dict[str, dict[str, float]] = {}
+    for r in res.records:
+        if r.ok and r.route:
+            d = by_kind.setdefault(r.kind, {"n": 0, "spec": 0})
+            d["n"] += 1
+            d["spec"] += r.route == "spec"
+    return {
+        "policy": policy,
+        "qps": qps,
+        "time_scale": scale,
+        "achieved_qps": round(s["achieved_qps"], 3),
+        "requests": s["requests"],
+        "failures": s["failures"],
+        "unfinished": res.unfinished,
+        "tpot_mean_ms": ms("tpot_mean_s"),
+        "tpot_p50_ms": ms("tpot_p50_s"),
+        "tpot_p99_ms": ms("tpot_p99_s"),
+        "ttft_mean_ms": ms("ttft_mean_s"),
+        "ttft_p99_ms": ms("ttft_p99_s"),
+        "e2e_p50_ms": ms("e2e_p50_s"),
+        "throughput_tps": round(res.tokens_in_window / dur, 1),
+        "goodput_rps": round(s["goodput_rps"], 3),
+        "spec_share": s["route_share"].get("spec") if s["route_share"] else None,
+        "spec_share_by_kind": {k: round(v["spec"] / v["n"], 3) for k, v in sorted(by_kind.items())},
+        "lateness_p99_ms": ms("lateness_p99_s"),
+    }
+
+
+def update_readme(path: str, body: str) -> bool:
+    """Replace the text between the bench markers of ``path``; False when they are missing."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    i, j = text.find(README_BEGIN), text.find(README_END)
+    if i < 0 or j < i:
+        return False
+    new = text[: i + len(README_BEGIN)] + "\n" + body.rstrip() + "\n" + text[j:]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(new)
+    return True
+
+
+def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) -> str:
+    return "\n".join(
+        [
+            "## Policy benchmark (emulated H200 pair, real sockets)",
+            "",
+            f"`{meta['command']}` — {meta['date']}, {meta['mix_desc']}, "
+            f"temperatures `{meta['temperature']}`, "
+            f"{meta['duration_s']:g} s measured per point after {meta['warmup_s']:g} s warm-up; "
+            "times are emulated (the emulator ran `time_scale` times slower than the wall clock).",
+            "",
+            markdown_table(rows),
+            "",
+            f"![TPOT and throughput vs QPS]({png})",
+        ]
+    )
+
+
+def _validate(args: argparse.Namespace) -> tuple[list[str], list[float], float | None]:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise ValueError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
+    points = [float(q) for q in args.qps.split(",") if q.strip()]
+    parse_mix(args.mix)
+    TemperatureDist.parse(args.temperature)
+    fixed_scale = None if args.time_scale == "auto" else float(args.time_scale)
+    if not points or any(q <= 0 for q in points) or (fixed_scale is not None and fixed_scale <= 0):
+        raise ValueError("QPS points and --time-scale must be > 0")
+    if args.duration <= 0 or args.warmup < 0 or args.drain <= 0:
+        raise ValueError("--duration and --drain must be > 0, --warmup >= 0")
+    return policies, points, fixed_scale
+
+
+async def _sweep(
+    args: argparse.Namespace, policies: list[str], points: list[float], fixed_scale: float | None
+) -> list[dict[str, Any]]:
+    rng = random.Random(args.seed)
+    mean_tokens = 0.7 * statistics.fmean(
+        sample(rng, args.mix, 0.0, max_tokens_cap=args.max_tokens_cap).max_tokens for _ in range(200)
+    )
+    logdir = os.path.join(args.out, "logs")
+    rows: list[dict[str, Any]] = []
+    for policy in policies:
+        for qps in points:
+            scale = fixed_scale or _auto_scale(qps, mean_tokens, args.cpu_tokens_per_s)
+            t0 = time.monotonic()
+            res = await _point(args, policy, qps, scale, logdir)
+            row = _row(args, policy, qps, scale, res)
+            rows.append(row)
+            print(
+                f"{policy:>12} qps={qps:<6g} scale={scale:<5g} n={row['requests']:<4} fail={row['failures']} "
+                f"unfinished={row['unfinished']} TPOT mean/p99={row['tpot_mean_ms']}/{row['tpot_p99_ms']} ms "
+                f"TTFT mean={row['ttft_mean_ms']} ms tok/s={row['throughput_tps']} spec={row['spec_share']} "
+                f"[{time.monotonic() - t0:.0f}s wall]",
+                flush=True,
+            )
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        policies, points, fixed_scale = _validate(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    t_start = time.monotonic()
+    try:
+        rows = asyncio.run(_sweep(args, policies, points, fixed_scale))
+    except KeyboardInterrupt:
+        return 130
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    argv = " ".join(shlex.quote(a) for a in sys.argv[1:]) or "bench"
+    mix = parse_mix(args.mix)
+    meta = {
+        "title": f"specgate bench: {args.profile} pair, mix {args.mix}, T {args.temperature}",
+        "command": f"specgate {argv}",
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "profile": args.profile,
+        "mix": mix,
+        "mix_desc": "mix " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(mix.items())),
+        "temperature": args.temperature,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "seed": args.seed,
+        "max_tokens_cap": args.max_tokens_cap,
+        "tpot_slo_ms": args.tpot_slo_ms,
+        "ttft_slo_ms": args.ttft_slo_ms,
+        "wall_s": round(time.monotonic() - t_start, 1),
+        "units": "emulated seconds (wall / time_scale)",
+    }
+    paths = write_all(args.out, meta, rows)
+    print(markdown_table(rows))
+    print("wrote " + ", ".join(paths.values()))
+    if args.update_readme:
+        png = os.path.relpath(paths["png"], os.path.dirname(os.path.abspath(args.update_readme)) or ".")
+        if not update_readme(args.update_readme, _readme_section(meta, rows, png)):
+            print(
+                f"warning: no {README_BEGIN} … {README_END} section in {args.update_readme}", file=sys.stderr
+            )
+    return 0

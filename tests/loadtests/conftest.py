@@ -1,0 +1,35 @@
+"""An emulated engine pair plus the gateway, as real subprocesses on ephemeral ports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.bench.cli_bench import gateway_config
+from gateway.bench.procs import Proc, free_port
+
+
+@pytest.fixture
+async def gateway_url(tmp_path: Path) -> AsyncIterator[str]:
+    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, "adaptive")))
+    emu = Proc(
+        "emulator",
+        ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port)],
+        str(tmp_path / "emulator.log"),
+    )
+    gw = Proc("gateway", ["serve", "--config", str(cfg)], str(tmp_path / "gateway.log"))
+    try:
+        await emu.start()
+        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
+        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
+        await gw.start()
+        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
+        yield f"http://127.0.0.1:{gw_port}"
+    finally:
+        await gw.stop()
+        await emu.stop()

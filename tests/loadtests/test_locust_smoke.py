@@ -1,0 +1,79 @@
+"""CI smoke: a short headless Locust run through the gateway against the emulated pair."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "locustfile.py"
+RUN_S = 15
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(110)
+async def test_headless_locust_run_has_no_failures_and_token_metrics(
+    gateway_url: str, tmp_path: Path
+) -> None:
+    locust = Path(sys.executable).with_name("locust")
+    args = [
+        str(locust),
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "-H",
+        gateway_url,
+        "-t",
+        f"{RUN_S}s",
+        "--qps",
+        "3",
+        "--pool",
+        "8",
+        "--mix",
+        "edit=0.5,summary=0.2,chat=0.3",
+        "--temperature",
+        "choice:0,1",
+        "--max-tokens-cap",
+        "64",
+        "--csv",
+        str(tmp_path / "run"),
+        "--specgate-requests-csv",
+        str(tmp_path / "requests.csv"),
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), RUN_S + 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    log = out.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+
+    stats = {(r["Type"], r["Name"]): r for r in _rows(tmp_path / "run_stats.csv")}
+    agg = stats[("", "Aggregated")]
+    assert int(agg["Failure Count"]) == 0, log[-3000:]
+    posts = sum(int(r["Request Count"]) for (t, _), r in stats.items() if t == "POST")
+    assert posts >= 10  # ~3 req/s for 15 s
+    for metric in ("TTFT", "TPOT", "OTPS"):
+        counts = [int(r["Request Count"]) for (t, _), r in stats.items() if t == metric]
+        assert sum(counts) > 0, f"no {metric} samples"
+        assert all(float(r["Median Response Time"]) > 0 for (t, _), r in stats.items() if t == metric)
+    assert _rows(tmp_path / "run_failures.csv") == []
+
+    reqs = _rows(tmp_path / "requests.csv")
+    assert len(reqs) == posts
+    assert all(r["ok"] == "True" and r["route"] in ("spec", "base") for r in reqs)
+    assert {r["kind"] for r in reqs} <= {"edit", "summary", "chat"}
+    assert "[specgate]" in log and "0 failed" in log

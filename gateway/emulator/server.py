@@ -284,6 +284,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if pr.stream:
             return await _stream(request, h, pr, reqs, rid, created, headers, crash_after_chunks)
         return await _unary(request, h, pr, reqs, rid, created, headers)
+    except ConnectionResetError:
+        return web.Response(status=499)  # the client went away; nobody reads this
     finally:
         h._open.pop(id(request), None)
         for r in reqs:

@@ -1,0 +1,259 @@
+"""``specgate demo``: an emulated engine pair on one GPU timeline plus the gateway, in one process.
+
+Starts the pair (speculative n-gram engine on :8101, plain engine on :8102, both
+emulating Qwen3-8B on one H200), the gateway on :8000 in front of them, sends a few
+sample requests through the gateway and prints where each was routed and why, then
+keeps serving until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.api.app import RUNNER_KWARGS, build_app
+from gateway.config import load_config
+from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.physics import PROFILE_NAMES
+
+_CODE = """def load_users(path):
+    users = []
+    with open(path) as fh:
+        for line in fh:
+            name, email, age = line.strip().split(",")
+            users.append({"name": name, "email": email, "age": int(age)})
+    return users
+
+
+def adults(users):
+    result = []
+    for user in users:
+        if user["age"] >= 18:
+            result.append(user)
+    return result
+"""
+
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "copy-heavy code edit, T=0",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "Rewrite adults() as a list comprehension and return the whole file, "
+                    "unchanged otherwise:\n```python\n" + _CODE + "```",
+                }
+            ],
+            "temperature": 0,
+            "max_tokens": 256,
+        },
+    ),
+    (
+        "open chat, T=1",
+        {
+            "messages": [{"role": "user", "content": "Give me three ideas for a weekend trip in autumn."}],
+            "temperature": 1.0,
+            "max_tokens": 128,
+        },
+    ),
+    (
+        "min_p (the speculative engine refuses it)",
+        {
+            "messages": [{"role": "user", "content": "Name a colour."}],
+            "temperature": 0.7,
+            "min_p": 0.1,
+            "max_tokens": 16,
+        },
+    ),
+]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = __doc__
+    p.add_argument("--host", default="127.0.0.1", help="listen address of all three servers")
+    p.add_argument("--port", type=int, default=8000, help="gateway port (default %(default)s)")
+    p.add_argument(
+        "--spec-port", type=int, default=8101, help="speculative engine port (default %(default)s)"
+    )
+    p.add_argument("--base-port", type=int, default=8102, help="plain engine port (default %(default)s)")
+    p.add_argument("--profile", choices=PROFILE_NAMES, default="h200-qwen3-8b", help="step-time profile")
+    p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per emulated second")
+    p.add_argument(
+        "--policy",
+        choices=["adaptive", "temperature", "always-spec", "always-base"],
+        default=None,
+        help="routing policy (default: the gateway's default configuration)",
+    )
+    p.add_argument("--once", action="store_true", help="exit after the sample requests")
+
+
+@dataclass
+class SampleResult:
+    label: str
+    status: int
+    route: str | None
+    reason: str | None
+    engine: str | None
+    tokens: int
+    seconds: float
+
+
+async def send_samples(gateway_url: str, model: str = "qwen3-8b") -> list[SampleResult]:
+    """Send the sample requests through the gateway (streaming) and report each one's route."""
+    out = []
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for label, body in SAMPLES:
+            payload = {"model": model, "stream": True, "stream_options": {"include_usage": True}, **body}
+            t0 = time.perf_counter()
+            async with session.post(gateway_url + "/v1/chat/completions", json=payload) as r:
+                raw = await r.read()
+                tokens = 0
+                for line in raw.decode(errors="replace").split("\n\n"):
+                    if line.startswith("data: {") and '"usage":{' in line:
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            tokens = int(json.loads(line[6:])["usage"]["completion_tokens"])
+                out.append(
+                    SampleResult(
+                        label,
+                        r.status,
+                        r.headers.get("x-specgate-route"),
+                        r.headers.get("x-specgate-reason"),
+                        r.headers.get("x-specgate-engine"),
+                        tokens,
+                        time.perf_counter() - t0,
+                    )
+                )
+    return out
+
+
+async def start_gateway(
+    group: EmulatorGroup, host: str, port: int, policy: str | None
+) -> tuple[web.AppRunner, str]:
+    spec, base = group.engines
+    overrides: dict[str, Any] = {
+        "server.host": host,
+        "server.port": port,
+        "models.0.pairs.0.spec.url": spec.url,
+        "models.0.pairs.0.base.url": base.url,
+        "scrape.interval_s": 0.5,
+    }
+    if policy:
+        overrides["models.0.routing.policy"] = policy
+    cfg = load_config(None, env={}, overrides=overrides)
+    runner = web.AppRunner(build_app(cfg), **RUNNER_KWARGS)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return runner, f"http://{shown}:{bound}"
+
+
+def _examples(url: str) -> str:
+    return f"""
+Try it:
+  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{{"model":"qwen3-8b","stream":true,"temperature":0,"messages":[{{"role":"user",
+         "content":"Fix the typo and return the code: ```def ad(a,b): retrun a+b```"}}]}}' -D -
+
+  python - <<'EOF'
+  from openai import OpenAI
+  client = OpenAI(base_url="{url}/v1", api_key="none")
+  r = client.chat.completions.with_raw_response.create(
+      model="qwen3-8b", messages=[{{"role": "user", "content": "Why is the sea salty?"}}], temperature=1.0)
+  print(r.headers.get("x-specgate-route"), r.headers.get("x-specgate-reason"))
+  print(r.parse().choices[0].message.content[:200])
+  EOF
+
+Force a route with the header 'x-specgate-route: spec|base'. Routing state: {url}/admin/state
+Gateway metrics: {url}/metrics. Engines: /metrics on each engine port. Ctrl-C stops everything.
+"""
+
+
+async def run_demo(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    spec_port: int = 8101,
+    base_port: int = 8102,
+    profile: str = "h200-qwen3-8b",
+    time_scale: float = 1.0,
+    policy: str | None = None,
+    once: bool = False,
+    stop: asyncio.Event | None = None,
+) -> list[SampleResult]:
+    group = await start_group(
+        pair_launches(host=host, port_spec=spec_port, port_base=base_port, profile=profile),
+        time_scale=time_scale,
+    )
+    runner: web.AppRunner | None = None
+    try:
+        runner, url = await start_gateway(group, host, port, policy)
+        for e in group.engines:
+            kind = "speculative (ngram, k=5)" if e.handle.engine.spec else "plain"
+            print(f"engine  {e.handle.name:15s} {kind:25s} {e.url}")
+        print(f"gateway qwen3-8b        {'(routes per request)':25s} {url}\n", flush=True)
+        await asyncio.sleep(0.6)  # let the gateway scrape both engines once
+        results = await send_samples(url)
+        for r in results:
+            print(
+                f"{r.label:45s} -> HTTP {r.status}, route={r.route} ({r.reason}), "
+                f"{r.tokens} tokens in {r.seconds * 1e3:.0f} ms"
+            )
+        if once:
+            return results
+        print(_examples(url), flush=True)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        return results
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await group.stop()
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.time_scale <= 0:
+        print("error: --time-scale must be > 0", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        asyncio.run(
+            run_demo(
+                host=args.host,
+                port=args.port,
+                spec_port=args.spec_port,
+                base_port=args.base_port,
+                profile=args.profile,
+                time_scale=args.time_scale,
+                policy=args.policy,
+                once=args.once,
+            )
+        )
+    except OSError as e:
+        print(f"error: {e} (is something already listening on the demo ports?)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
+
+from gateway.emulator import cli_emulate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -30,3 +34,50 @@ def yaml_docs(path: Path) -> list[dict[str, Any]]:
     """Every non-empty YAML document of a file."""
     with path.open(encoding="utf-8") as f:
         return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def emulator_engines(argv: list[str]) -> dict[int, tuple[str, dict[str, Any] | None, str, bool]]:
+    """What `specgate <argv>` (an `emulate` command line) serves, per port: served model name,
+    speculative config (None when plain), device timeline and whether vllm:* metrics are on —
+    read through the emulator's own argument parser, so it cannot drift from the CLI."""
+    assert argv[0] == "emulate", argv
+    parser = argparse.ArgumentParser(prog="specgate emulate")
+    cli_emulate.configure(parser)
+    launches, _ = cli_emulate.build_launches(parser.parse_args(argv[1:]))
+    out: dict[int, tuple[str, dict[str, Any] | None, str, bool]] = {}
+    for ln in launches:
+        assert ln.host == "0.0.0.0", "in a container the emulator must listen on all interfaces"
+        spec = ln.config.spec.as_dict() if ln.config.spec is not None else None
+        out[ln.port] = (ln.config.served_model_name, spec, ln.device, ln.log_stats)
+    return out
+
+
+_VAR = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+    r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's variable interpolation, applied to every string of the parsed file."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m["escaped"]:
+            return "$"
+        name = m["braced"] or m["named"]
+        op, arg = m["op"], m["arg"] or ""
+        current = env.get(name)
+        unset_or_empty = current is None or (op is not None and op.startswith(":") and current == "")
+        if op in (":-", "-") and unset_or_empty:
+            return arg
+        if op in (":?", "?") and unset_or_empty:
+            raise AssertionError(f"required variable {name}: {arg}")
+        return current or ""
+
+    return _VAR.sub(sub, value)

@@ -22,41 +22,11 @@ import yaml
 
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
-from tests.deploy.helpers import COMPOSE_DIR, DEPLOY, REPO
+from tests.deploy.helpers import COMPOSE_DIR, DEPLOY, REPO, emulator_engines, interpolate
 
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 SCHEMA = Path(__file__).with_name("schemas") / "compose-spec.json"
 PROFILES = ("gpu", "emulated")
-
-_VAR = re.compile(
-    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
-    r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
-)
-
-
-def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """Compose's variable interpolation, applied to every string of the parsed file."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
-    if not isinstance(value, str):
-        return value
-
-    def sub(m: re.Match[str]) -> str:
-        if m["escaped"]:
-            return "$"
-        name = m["braced"] or m["named"]
-        op, arg = m["op"], m["arg"] or ""
-        current = env.get(name)
-        unset_or_empty = current is None or (op is not None and op.startswith(":") and current == "")
-        if op in (":-", "-") and unset_or_empty:
-            return arg
-        if op in (":?", "?") and unset_or_empty:
-            raise AssertionError(f"required variable {name}: {arg}")
-        return current or ""
-
-    return _VAR.sub(sub, value)
 
 
 @cache
@@ -199,7 +169,12 @@ def test_emulated_profile_needs_no_gpu() -> None:
     assert not any(s["image"].startswith("vllm/") for s in svcs.values())
     assert not any("deploy" in s for s in svcs.values())
     emu = svcs["emulator"]
-    assert emu["command"][0] == "emulate" and "--pair" in emu["command"]
+    engines = emulator_engines(emu["command"])
+    assert len(engines) == 2 and len({device for _, _, device, _ in engines.values()}) == 1
+    assert sorted(spec is None for _, spec, _, _ in engines.values()) == [False, True]
+    assert all(stats for *_, stats in engines.values()), "vllm:* metrics must stay on"
+    # The image's HEALTHCHECK probes SPECGATE_HEALTH_PORT: one of the emulator's ports.
+    assert int(emu["environment"]["SPECGATE_HEALTH_PORT"]) in engines
 
 
 def engine_endpoints(profile: str) -> dict[str, dict[str, Any]]:
@@ -217,11 +192,8 @@ def engine_endpoints(profile: str) -> dict[str, dict[str, Any]]:
             hosts = [name]
         elif cmd[:1] == ["emulate"]:
             entry = {
-                int(flag(cmd, "--port") or 0): (
-                    flag(cmd, "--served-model-name"),
-                    flag(cmd, "--speculative-config"),
-                ),
-                int(flag(cmd, "--base-port") or 0): (flag(cmd, "--base-served-model-name"), None),
+                port: (served, json.dumps(spec) if spec is not None else None)
+                for port, (served, spec, _device, _stats) in emulator_engines(cmd).items()
             }
             hosts = [name, *svc.get("networks", {}).get("default", {}).get("aliases", [])]
         else:

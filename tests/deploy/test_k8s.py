@@ -21,7 +21,7 @@ import pytest
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
 from tests.deploy import kustomize
-from tests.deploy.helpers import K8S, REPO
+from tests.deploy.helpers import K8S, REPO, emulator_engines
 
 K8S_VERSION = kubernetes_validate.latest_version()
 KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
@@ -311,16 +311,19 @@ def engine_view(sts: Doc) -> dict[str, Any]:
             "gpu_share": float(env["GPU_MEMORY_UTILIZATION"]),
             "extra": extra,
         }
-    args = c["args"]  # the emulator: `specgate emulate --pair ...`
-    assert args[0] == "emulate" and "--pair" in args
-    assert int(_flag(args, "--port") or 0) == ports["spec"]
-    assert int(_flag(args, "--base-port") or 0) == ports["base"]
+    engines = emulator_engines(c["args"])  # the emulator: `specgate emulate --pair ...`
+    assert set(engines) == set(ports.values())
+    (spec_port,) = [p for p, e in engines.items() if e[1] is not None]
+    (base_port,) = [p for p, e in engines.items() if e[1] is None]
+    assert (spec_port, base_port) == (ports["spec"], ports["base"])
+    assert len({e[2] for e in engines.values()}) == 1, "both engines on one device timeline"
+    assert all(e[3] for e in engines.values()), "vllm:* metrics must stay on"
     return {
-        "spec": (ports["spec"], _flag(args, "--served-model-name")),
-        "base": (ports["base"], _flag(args, "--base-served-model-name")),
-        "spec_config": json.loads(_flag(args, "--speculative-config") or "{}"),
+        "spec": (spec_port, engines[spec_port][0]),
+        "base": (base_port, engines[base_port][0]),
+        "spec_config": engines[spec_port][1],
         "gpu_share": None,
-        "extra": args,
+        "extra": c["args"],
     }
 
 

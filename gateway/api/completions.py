@@ -15,7 +15,7 @@ from gateway.api.features import CHAT, COMPLETIONS, model_name, parse_json, pars
 from gateway.api.headers import REASON, REQUEST_ID, ROUTE, request_id
 from gateway.api.state import STATE, GatewayState
 from gateway.proxy.forward import ProxyCall
-from gateway.proxy.learning import learn
+from gateway.proxy.learning import learn_with_lookup, observe, wants_lookup
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Decision, RequestFeatures, Route
@@ -113,10 +113,13 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         error = result.error
         prompt_tokens = result.harvest.prompt_tokens
         completion_tokens = result.harvest.completion_tokens
-        spec_k = mrt.pairs[0].spec.config.k if mrt.pairs else 5
-        st.spawn(
-            learn(mrt, features, decision, result, parsed.prompt_text, started=started, k=max(1, spec_k))
-        )
+        if wants_lookup(result, parsed.prompt_text, st.lookup_budget(model)):
+            k = max(1, mrt.pairs[0].spec.config.k)
+            st.spawn(
+                learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=started, k=k)
+            )
+        else:
+            observe(mrt, features, decision, result, started=started)
         return result.response
     except ApiError as exc:
         status, error = exc.status, exc.code or exc.type

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.proxy.learning import SampleBudget
 from gateway.proxy.pool import UpstreamPool
 from gateway.telemetry.hooks import Telemetry
 
@@ -26,6 +27,13 @@ class GatewayState:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     workers: list[Any] = field(default_factory=list)  # scrapers / health checkers (start/stop)
     ready_cache: tuple[float, bool, dict[str, object]] | None = None
+    budgets: dict[str, SampleBudget] = field(default_factory=dict)
+
+    def lookup_budget(self, model: str) -> SampleBudget:
+        b = self.budgets.get(model)
+        if b is None:
+            b = self.budgets[model] = SampleBudget()
+        return b
 
     @property
     def engines(self) -> list[EngineRuntime]:

@@ -14,6 +14,27 @@ from gateway.routing.types import Decision, Outcome, RequestFeatures
 log = logging.getLogger(__name__)
 
 INLINE_LOOKUP_CHARS = 8 * 1024  # prompt+completion below this: compute on the loop
+LOOKUP_SAMPLES_PER_S = 20.0  # realised-lookup computations per second per model, at most
+
+
+class SampleBudget:
+    """Token bucket bounding how often the (CPU-costly) realised lookup is computed, so
+    learning stays a small, fixed share of the gateway's CPU at any request rate."""
+
+    def __init__(self, rate: float = LOOKUP_SAMPLES_PER_S, burst: float | None = None) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(1.0, rate)
+        self.tokens = self.burst
+        self.last = time.monotonic()
+
+    def take(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
 
 
 def build_outcome(
@@ -51,7 +72,29 @@ def build_outcome(
     )
 
 
-async def learn(
+def wants_lookup(result: ProxyResult, prompt_text: str, budget: SampleBudget) -> bool:
+    return bool(result.ok and prompt_text and result.harvest.text_chars and budget.take())
+
+
+def observe(
+    model: ModelRuntime,
+    features: RequestFeatures,
+    decision: Decision,
+    result: ProxyResult,
+    *,
+    started: float,
+    lookup: float | None = None,
+) -> None:
+    """Build the outcome and call ``policy.observe``; logs, never raises."""
+    try:
+        outcome = build_outcome(features, decision, result, started=started, lookup_acceptance=lookup)
+        if outcome is not None:
+            model.policy.observe(outcome, time.monotonic())
+    except Exception:
+        log.exception("learning from a response failed (request unaffected)")
+
+
+async def learn_with_lookup(
     model: ModelRuntime,
     features: RequestFeatures,
     decision: Decision,
@@ -61,17 +104,14 @@ async def learn(
     started: float,
     k: int,
 ) -> None:
-    """Compute the realised lookup acceptance and call ``policy.observe``; logs, never raises."""
+    """Compute the realised lookup acceptance (in a thread when large), then observe."""
+    lookup: float | None = None
     try:
-        lookup: float | None = None
         completion = result.harvest.completion_text
-        if result.ok and completion and prompt_text:
-            if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
-                lookup = realised_lookup_acceptance(prompt_text, completion, k=k)
-            else:
-                lookup = await asyncio.to_thread(realised_lookup_acceptance, prompt_text, completion, k=k)
-        outcome = build_outcome(features, decision, result, started=started, lookup_acceptance=lookup)
-        if outcome is not None:
-            model.policy.observe(outcome, time.monotonic())
+        if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
+            lookup = realised_lookup_acceptance(prompt_text, completion, k=k)
+        else:
+            lookup = await asyncio.to_thread(realised_lookup_acceptance, prompt_text, completion, k=k)
     except Exception:
-        log.exception("learning from a response failed (request unaffected)")
+        log.exception("realised lookup failed (request unaffected)")
+    observe(model, features, decision, result, started=started, lookup=lookup)

@@ -233,3 +233,27 @@ async def test_a_failing_policy_decide_falls_back_to_the_plain_engine() -> None:
         assert r.headers["x-specgate-route"] == "base"
         assert r.headers["x-specgate-reason"] == "policy_error"
     assert json.loads(json.dumps(h.base.requests[0].body))["model"] == "m1-base"
+
+
+def test_lookup_sample_budget_bounds_learning_cpu() -> None:
+    from gateway.proxy.learning import SampleBudget
+
+    b = SampleBudget(rate=2.0, burst=2.0)
+    b.last = 0.0
+    assert [b.take(0.0), b.take(0.0), b.take(0.0)] == [True, True, False]
+    assert b.take(0.5) is True and b.take(0.5) is False
+    assert b.take(100.0) and b.take(100.0) and not b.take(100.0)  # refills only up to the burst
+
+
+async def test_outcome_observed_without_lookup_when_budget_is_spent() -> None:
+    from gateway.api.state import STATE
+
+    policy = RecordingPolicy()
+    async with harness(policies={"m1": policy}) as h, aiohttp.ClientSession() as s:
+        budget = h.app[STATE].lookup_budget("m1")
+        budget.rate, budget.tokens = 0.0, 0.0
+        async with s.post(h.url("/v1/chat/completions"), json=REQ) as r:
+            assert r.status == 200
+        await asyncio.wait_for(policy.seen.wait(), 5)
+    (o,) = policy.outcomes
+    assert o.lookup_acceptance is None and o.ok and o.completion_tokens == 4

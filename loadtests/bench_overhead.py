@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Gateway overhead on loopback: direct vs nginx vs specgate, in one run.
+
+A fast OpenAI-speaking upstream (a minimal aiohttp server in its own process) answers
+``POST /v1/chat/completions`` at once, non-streaming (one JSON body) or streaming
+(``--events`` SSE chunks, a usage chunk, ``data: [DONE]``). The same load is sent
+to it directly, through nginx (Debian package; ``proxy_buffering off``, upstream
+keep-alive) and through ``specgate serve`` (a temporary config with both engines of
+the pair on the upstream, scraping off). The load generator is an aiohttp client in
+its own process: an open loop at ``--rate`` req/s for latency (p50/p99 of the
+whole response; added = proxied − direct) and a closed loop of ``--concurrency``
+workers for peak req/s.
+
+    .venv/bin/python loadtests/bench_overhead.py --out results/overhead.json
+
+Prints a markdown table; writes all numbers as JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# --------------------------------------------------------------------------- upstream
+
+
+def _chunk(i: int, text: str, finish: str | None) -> bytes:
+    ev = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "bench-upstream",
+        "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n"
+
+
+def run_upstream(port_file: str, events: int) -> None:
+    import uvloop
+    from aiohttp import web
+
+    body = json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "bench-upstream",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "ok " * 16}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28},
+        },
+        separators=(",", ":"),
+    ).encode()
+    stream = b"".join(_chunk(i, " tok", "stop" if i == events - 1 else None) for i in range(events))
+    usage = (
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+        b'"model":"bench-upstream","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":'
+        + str(events).encode()
+        + b',"total_tokens":0}}\n\n'
+    )
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        req = await request.json()
+        if not req.get("stream"):
+            return web.Response(body=body, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(stream)
+        if (req.get("stream_options") or {}).get("include_usage"):
+            await resp.write(usage)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_get("/health", health)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        Path(port_file).write_text(str(runner.addresses[0][1]))
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+# --------------------------------------------------------------------------- load
+
+
+def _payload(stream: bool) -> bytes:
+    return json.dumps(
+        {
+            "model": "bench",
+            "messages": [{"role": "user", "content": "Say ok sixteen times."}],
+            "max_tokens": 16,
+            "temperature": 0.7,
+            "stream": stream,
+        }
+    ).encode()
+
+
+def run_load(url: str, stream: bool, rate: float, duration: float, concurrency: int, warmup: float) -> None:
+    """Prints one JSON object: latencies of the open loop and req/s of the closed loop."""
+    import aiohttp
+    import uvloop
+
+    payload = _payload(stream)
+    headers = {"Content-Type": "application/json"}
+
+    async def one(session: aiohttp.ClientSession) -> float | None:
+        t0 = time.perf_counter()
+        try:
+            async with session.post(url, data=payload, headers=headers) as r:
+                data = await r.read()
+                if r.status != 200 or (stream and not data.endswith(b"data: [DONE]\n\n")):
+                    return None
+        except aiohttp.ClientError:
+            return None
+        return time.perf_counter() - t0
+
+    async def open_loop(session: aiohttp.ClientSession, secs: float) -> tuple[list[float], int, float]:
+        lat: list[float] = []
+        errors = 0
+        tasks: list[asyncio.Task[float | None]] = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        n = int(secs * rate)
+        for i in range(n):
+            delay = start + i / rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(session)))
+        achieved = n / max(1e-9, loop.time() - start)
+        for res in await asyncio.gather(*tasks):
+            if res is None:
+                errors += 1
+            else:
+                lat.append(res)
+        return lat, errors, achieved
+
+    async def closed_loop(session: aiohttp.ClientSession, secs: float) -> tuple[int, int]:
+        done = errors = 0
+        stop_at = time.perf_counter() + secs
+
+        async def worker() -> None:
+            nonlocal done, errors
+            while time.perf_counter() < stop_at:
+                if await one(session) is None:
+                    errors += 1
+                else:
+                    done += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done, errors
+
+    async def main() -> dict[str, Any]:
+        conn = aiohttp.TCPConnector(limit=max(concurrency, 256), keepalive_timeout=60)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=30)) as s:
+            await open_loop(s, warmup)
+            lat, errors, achieved = await open_loop(s, duration)
+            t0 = time.perf_counter()
+            done, cerr = await closed_loop(s, max(2.0, duration / 2))
+            peak = done / (time.perf_counter() - t0)
+        lat.sort()
+        q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else [float("nan")] * 99
+        return {
+            "n": len(lat),
+            "errors": errors + cerr,
+            "achieved_rate": achieved,
+            "p50_ms": q[49] * 1e3,
+            "p90_ms": q[89] * 1e3,
+            "p99_ms": q[98] * 1e3,
+            "mean_ms": statistics.fmean(lat) * 1e3 if lat else float("nan"),
+            "peak_rps": peak,
+        }
+
+    print(json.dumps(uvloop.run(main())))
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float = 20.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+NGINX_CONF = """\
+{user}worker_processes 1;
+error_log {tmp}/error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  upstream engine {{ server 127.0.0.1:{up}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+"""
+
+GATEWAY_CONF = """\
+server: {{host: 127.0.0.1, port: {port}, max_concurrency: 100000}}
+scrape: {{enabled: false}}
+models:
+  - name: bench
+    pairs:
+      - device: gpu0
+        spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream, method: ngram, k: 5}}
+        base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
+    routing: {{policy: always-base}}
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", choices=["bench", "upstream", "load"], default="bench", help=argparse.SUPPRESS)
+    ap.add_argument("--port-file", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rate", type=float, default=500.0, help="open-loop request rate (req/s), default 500")
+    ap.add_argument("--duration", type=float, default=6.0, help="seconds of open-loop load per cell")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per cell")
+    ap.add_argument("--concurrency", type=int, default=32, help="closed-loop workers for peak req/s")
+    ap.add_argument("--events", type=int, default=8, help="SSE content events per streamed response")
+    ap.add_argument("--targets", default="direct,nginx,specgate", help="comma-separated subset")
+    ap.add_argument("--out", default="overhead.json", help="where to write the JSON results")
+    args = ap.parse_args()
+
+    if args.role == "upstream":
+        run_upstream(args.port_file, args.events)
+        return 0
+    if args.role == "load":
+        run_load(args.url, args.stream, args.rate, args.duration, args.concurrency, args.warmup)
+        return 0
+
+    procs: list[subprocess.Popen[bytes]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
+    os.chmod(tmp, 0o755)
+    me = [sys.executable, os.path.abspath(__file__)]
+    try:
+        pf = tmp / "upstream.port"
+        procs.append(subprocess.Popen([*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)]))
+        deadline = time.monotonic() + 20
+        while not pf.exists() or not pf.read_text():
+            if time.monotonic() > deadline:
+                raise RuntimeError("upstream did not start")
+            time.sleep(0.05)
+        up = int(pf.read_text())
+        urls = {"direct": f"http://127.0.0.1:{up}"}
+        targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+
+        nginx_version = None
+        if "nginx" in targets:
+            nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+            if not os.path.exists(nginx):
+                print("nginx not found: skipping it (make system-deps installs it)", file=sys.stderr)
+                targets.remove("nginx")
+            else:
+                nport = _free_port()
+                conf = tmp / "nginx.conf"
+                user = "user root;\n" if os.geteuid() == 0 else ""
+                conf.write_text(NGINX_CONF.format(tmp=tmp, up=up, port=nport, user=user))
+                procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"]))
+                urls["nginx"] = f"http://127.0.0.1:{nport}"
+                _wait_http(urls["nginx"] + "/health")
+                nginx_version = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip()
+
+        if "specgate" in targets:
+            gport = _free_port()
+            gconf = tmp / "gateway.yaml"
+            gconf.write_text(GATEWAY_CONF.format(port=gport, up=up))
+            cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
+            procs.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
+            urls["specgate"] = f"http://127.0.0.1:{gport}"
+            _wait_http(urls["specgate"] + "/health")
+
+        results: list[dict[str, Any]] = []
+        for stream in (False, True):
+            for target in ["direct", *[t for t in targets if t != "direct"]]:
+                cmd = [
+                    *me,
+                    "--role",
+                    "load",
+                    "--url",
+                    urls[target] + "/v1/chat/completions",
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(args.duration),
+                    "--warmup",
+                    str(args.warmup),
+                    "--concurrency",
+                    str(args.concurrency),
+                ] + (["--stream"] if stream else [])
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                r.update(target=target, mode="stream" if stream else "non-stream")
+                results.append(r)
+                print(
+                    f"  {r['mode']:10} {target:8} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                    f"peak {r['peak_rps']:.0f} req/s  errors {r['errors']}",
+                    file=sys.stderr,
+                )
+        for r in results:
+            base = next(x for x in results if x["mode"] == r["mode"] and x["target"] == "direct")
+            r["added_p50_ms"] = r["p50_ms"] - base["p50_ms"]
+            r["added_p99_ms"] = r["p99_ms"] - base["p99_ms"]
+
+        lines = [
+            f"Loopback, {os.cpu_count()} CPUs, open loop at {args.rate:g} req/s for {args.duration:g} s per cell; "
+            f"peak = closed loop with {args.concurrency} workers; stream = {args.events} SSE events + [DONE].",
+            "",
+            "| mode | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s | errors |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in results:
+            lines.append(
+                f"| {r['mode']} | {r['target']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
+                f"{r['added_p50_ms']:+.3f} | {r['added_p99_ms']:+.3f} | {r['peak_rps']:.0f} | {r['errors']} |"
+            )
+        table = "\n".join(lines)
+        print(table)
+        doc = {
+            "rate": args.rate,
+            "duration_s": args.duration,
+            "concurrency": args.concurrency,
+            "events": args.events,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "nginx": nginx_version,
+            "results": results,
+            "table_markdown": table,
+        }
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=2))
+        return 0
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,11 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 class TelemetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    metrics: bool = Field(True, description="serve Prometheus metrics on metrics_path")
-    metrics_path: str = Field("/metrics", description="path of the Prometheus endpoint")
+    # The three metrics_* settings apply to apps that mount the endpoint with mount_metrics();
+    # the gateway serves GET /metrics itself (protected by server.metrics_require_key).
+    metrics: bool = Field(True, description="mount_metrics(): serve Prometheus metrics on metrics_path")
+    metrics_path: str = Field("/metrics", description="mount_metrics(): path of the Prometheus endpoint")
     metrics_key: SecretStr | None = Field(
         None,
-        description="when set, /metrics requires 'Authorization: Bearer <key>' (Prometheus: "
+        description="mount_metrics(): require 'Authorization: Bearer <key>' (Prometheus: "
         "authorization.credentials)",
     )
     process_metrics: bool = Field(True, description="also export process_* and python_* metrics")

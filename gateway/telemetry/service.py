@@ -26,6 +26,14 @@ log = logging.getLogger("specgate.telemetry")
 NONE = "none"
 
 
+_ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def _http_route(endpoint: str) -> str:
+    """The HTTP path of an endpoint token (``chat`` -> ``/v1/chat/completions``)."""
+    return _ROUTES.get(endpoint, endpoint if endpoint.startswith("/") else f"/{endpoint}")
+
+
 def _status_label(status: int) -> str:
     return str(status) if 100 <= status <= 599 else "other"
 
@@ -138,13 +146,14 @@ class _Request:
         tracer = tel.tracing.tracer
         if tracer is not None:
             parent = PROPAGATOR.extract(self._incoming) if self._incoming else None
+            route = _http_route(self.endpoint)
             self._span = tracer.start_span(
-                f"specgate {endpoint}",
+                f"POST {route}",
                 context=parent,
                 kind=SpanKind.SERVER,
                 attributes={
                     "http.request.method": "POST",
-                    "http.route": self.endpoint,
+                    "http.route": route,
                     "gen_ai.request.model": self.model,
                     "specgate.model": self.model,
                     "specgate.request_id": self.request_id,

@@ -125,7 +125,7 @@ def test_label_cardinality_is_bounded(tel: GatewayTelemetry) -> None:
 def test_spans_and_traceparent(tel: GatewayTelemetry, clock: FakeClock, spans: InMemorySpanExporter) -> None:
     injected = serve_one(tel, clock, headers={"Traceparent": TRACEPARENT})
     finished = {s.name: s for s in spans.get_finished_spans()}
-    server = finished["specgate /v1/chat/completions"]
+    server = finished["POST /v1/chat/completions"]
     client = finished["upstream spec-0"]
     assert server.kind is SpanKind.SERVER and client.kind is SpanKind.CLIENT
     # The server span continues the client's trace; the engine gets the client span as parent.

@@ -59,12 +59,14 @@ def mount_metrics(
     flushed on app cleanup.
     """
     cfg = telemetry.config
-    if key is None and cfg.metrics_key is not None:
-        key = cfg.metrics_key.get_secret_value()
     app[TELEMETRY_KEY] = telemetry
-    app.router.add_get(path or cfg.metrics_path, metrics_handler(telemetry, key), allow_head=False)
 
     async def _close(_: web.Application) -> None:
         await telemetry.aclose()
 
     app.on_cleanup.append(_close)
+    if not cfg.metrics:
+        return
+    if key is None and cfg.metrics_key is not None:
+        key = cfg.metrics_key.get_secret_value()
+    app.router.add_get(path or cfg.metrics_path, metrics_handler(telemetry, key), allow_head=False)

@@ -121,11 +121,13 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> No
     from aiohttp import web
 
     from gateway.api.app import RUNNER_KWARGS, build_app
+    from gateway.api.state import STATE
     from gateway.telemetry import build_telemetry
 
     telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
     app = build_app(cfg, telemetry=telemetry)
-    runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_grace_s, **RUNNER_KWARGS)
+    # The grace period is spent in drain() below; cleanup then only closes what is left.
+    runner = web.AppRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
     await runner.setup()
     site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=4096, reuse_address=True)
     await site.start()
@@ -141,8 +143,18 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> No
         ready.set()
     try:
         await stop.wait()
+        # Graceful: keep listening so /ready answers 503 and new requests get 503, let the
+        # requests in flight finish within the grace period, then close everything.
+        logging.getLogger("gateway").info("draining (grace %.1fs)", cfg.server.shutdown_grace_s)
+        state = app[STATE]
+        if not await state.drain(cfg.server.shutdown_grace_s):
+            logging.getLogger("gateway").warning(
+                "grace period over with %d request(s) in flight; closing them", state.inflight
+            )
     finally:
-        logging.getLogger("gateway").info("shutting down (grace %.1fs)", cfg.server.shutdown_grace_s)
+        logging.getLogger("gateway").info("shutting down")
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         await runner.cleanup()
         await telemetry.aclose()  # flush trace exporters
 

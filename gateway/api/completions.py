@@ -52,6 +52,15 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
     error: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    if st.draining:
+        err = ApiError(
+            503,
+            "the gateway is shutting down; retry on another instance",
+            code="shutting_down",
+            headers={"Retry-After": "1", "Connection": "close"},
+        )
+        _telemetry(st, model, endpoint, rid, request).finished(503, error="shutting_down")
+        return error_response(err, headers)
     if st.inflight >= st.config.server.max_concurrency:
         err = ApiError(
             429,
@@ -128,7 +137,7 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         status, error = 499, "client_disconnected"
         raise
     finally:
-        st.inflight -= 1
+        st.request_done()
         if tel is None:
             tel = _telemetry(st, model, endpoint, rid, request)
         try:

@@ -34,13 +34,54 @@ class ParsedRequest:
     include_usage: bool  # the client asked for the final usage chunk
 
 
+MAX_JSON_DEPTH = 64  # deeper request bodies are refused (OpenAI bodies, tool schemas included, are shallow)
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    f = float(text)
+    if not math.isfinite(f):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return f
+
+
+def _check_tree(body: Any) -> None:
+    """Refuse bodies nested deeper than MAX_JSON_DEPTH or holding unpaired UTF-16 surrogates
+    (``"\\ud800"`` parses, but cannot be encoded again to forward it)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, str):
+            items: Any = ()
+            strings: Any = (obj,)
+        elif isinstance(obj, dict):
+            items, strings = obj.values(), obj.keys()
+        elif isinstance(obj, list):
+            items, strings = obj, ()
+        else:
+            continue
+        for s in strings:
+            if not s.isascii():
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ApiError(
+                        400, "request body holds an unpaired UTF-16 surrogate escape", code="invalid_json"
+                    ) from None
+        if items:
+            if depth >= MAX_JSON_DEPTH:
+                raise ApiError(
+                    400, f"request body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json"
+                )
+            stack.extend((v, depth + 1) for v in items)
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except UnicodeDecodeError:
         raise ApiError(400, "request body is not valid UTF-8", code="invalid_json") from None
     except RecursionError:
@@ -49,6 +90,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    _check_tree(body)
     return body
 
 

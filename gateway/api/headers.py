@@ -29,9 +29,20 @@ HOP_BY_HOP = frozenset(
         "proxy-connection",
     }
 )
-# Never forwarded upstream: client credentials, framing the gateway recomputes.
+# Never forwarded upstream: client credentials, framing the gateway recomputes, and
+# client-spoofable proxy/identity headers an engine or its proxies might trust.
 _NOT_UPSTREAM = frozenset(
     {"authorization", "host", "content-length", "content-encoding", "accept-encoding", "cookie", "expect"}
+    | {"x-api-key", "api-key"}
+    | {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port"}
+    | {
+        "x-real-ip",
+        "x-client-ip",
+        "true-client-ip",
+        "x-original-url",
+        "x-rewrite-url",
+        "x-http-method-override",
+    }
 )
 # Never copied from the engine's response to the client.
 _NOT_DOWNSTREAM = frozenset(

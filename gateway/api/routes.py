@@ -48,6 +48,8 @@ async def _probe(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> bool:
 async def ready(request: web.Request) -> web.Response:
     """200 when every model has at least one engine that answers ``GET /health``."""
     st = request.app[STATE]
+    if st.draining:
+        return _json({"status": "draining", "models": {}}, 503)
     now = time.monotonic()
     cached = st.ready_cache
     if cached is None or now - cached[0] > READY_CACHE_S:

@@ -28,6 +28,26 @@ class GatewayState:
     workers: list[Any] = field(default_factory=list)  # scrapers / health checkers (start/stop)
     ready_cache: tuple[float, bool, dict[str, object]] | None = None
     budgets: dict[str, SampleBudget] = field(default_factory=dict)
+    draining: bool = False  # set on SIGTERM: /ready is 503 and new requests are refused
+
+    _idle: asyncio.Event | None = None
+
+    async def drain(self, grace_s: float) -> bool:
+        """Refuse new requests and wait up to ``grace_s`` for those in flight; True if all finished."""
+        self.draining = True
+        if self.inflight > 0:
+            self._idle = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._idle.wait(), grace_s)
+            except TimeoutError:
+                pass
+        return self.inflight == 0
+
+    def request_done(self) -> None:
+        """Called by the request path each time a request in flight ends."""
+        self.inflight -= 1
+        if self.inflight <= 0 and self._idle is not None:
+            self._idle.set()
 
     def lookup_budget(self, model: str) -> SampleBudget:
         b = self.budgets.get(model)

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 MAX_UPSTREAM_BODY = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
+MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_UNREACHABLE = frozenset({"connect", "connect_timeout"})
 
 
 class _Retryable(Exception):
@@ -89,6 +91,7 @@ class ProxyCall:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.model.timeouts.total_s
         result = ProxyResult(response=web.Response())
+        unreachable = 0  # attempts that could not even connect
         for attempt, name in enumerate(candidates):
             rt = self.engines[name]
             last = attempt == len(candidates) - 1
@@ -112,9 +115,26 @@ class ProxyCall:
                 result.error = exc.error
                 result.status = exc.response.status
                 result.response = exc.response
+                unreachable += exc.error in _UNREACHABLE
                 if last:
+                    if unreachable == len(candidates) > 1:
+                        self._all_unreachable(result)
                     return result
         return result  # pragma: no cover - loop always returns
+
+    def _all_unreachable(self, result: ProxyResult) -> None:
+        """Every engine of the pair refused the connection: the model is unavailable (503)."""
+        err = ApiError(
+            503,
+            f"no engine of model '{self.client_model}' is reachable right now; retry shortly",
+            code="no_engine_available",
+        )
+        headers = self._client_headers(self.engines[result.engine or self.decision.engine], result.reason)
+        headers["Retry-After"] = "1"
+        result.status = 503
+        result.response = web.Response(
+            status=503, body=json.dumps(err.body()).encode(), content_type="application/json", headers=headers
+        )
 
     # -- one attempt -------------------------------------------------------------------
     def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
@@ -342,6 +362,9 @@ class ProxyCall:
                     buf += chunk
                     parts = buf.split(b"\n\n")
                     buf = parts.pop()
+                    if len(buf) > MAX_SSE_EVENT:  # an engine that never ends its event: bounded memory
+                        broken = "oversized_event"
+                        break
                     if parts:
                         pieces: list[bytes] = []
                         for ev in parts:

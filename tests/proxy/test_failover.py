@@ -74,15 +74,16 @@ async def test_refused_params_are_never_moved_to_the_spec_engine() -> None:
         assert h.spec.requests == []
 
 
-async def test_both_engines_unreachable_gives_502_quickly() -> None:
+async def test_both_engines_unreachable_gives_503_quickly() -> None:
     dead1, dead2 = await asyncio.to_thread(_dead_url), await asyncio.to_thread(_dead_url)
     async with harness(spec_url=dead1, base_url=dead2) as h:
         t0 = time.monotonic()
         status, headers, body = await _post(h.url("/v1/chat/completions"), SPEC_REQ)
         assert time.monotonic() - t0 < 3.0
-        assert status == 502
+        assert status == 503
         err = json.loads(body)["error"]
-        assert err["code"] == "upstream_unavailable" and "unreachable" in err["message"]
+        assert err["code"] == "no_engine_available" and "reachable" in err["message"]
+        assert headers["Retry-After"] == "1"
         assert set(err) == {"message", "type", "param", "code"}
         assert headers["x-specgate-route"] == "base"  # the last engine tried
 

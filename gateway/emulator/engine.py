@@ -356,6 +356,7 @@ class Engine:
             k_eff = drafted_k if spec.text_based else spec.k
             if k_eff or spec.text_based:
                 draft_ms = prof.draft_ms(spec.method, max(1, k_eff), n_dec, ctx, spec.draft_model)
+            draft_ms += prof.spec_host_overhead_ms
         total_ms = step_ms + draft_ms + self.step_overhead_ms
         plan = StepPlan(
             batch=batch,
@@ -501,6 +502,15 @@ def _apply_stop(req: EngineRequest, toks: list[str]) -> tuple[list[str], bool]:
     if best == -1:
         return toks, False
     keep = best - len(tail)
+    if keep < 0:
+        # The stop string began in text already produced: trim it (a stream has sent it).
+        trim = -keep
+        while trim > 0 and req.output:
+            last = req.output.pop()
+            if len(last) > trim:
+                req.output.append(last[: len(last) - trim])
+            trim -= len(last)
+        return [], True
     out: list[str] = []
     acc = 0
     for t in toks:

@@ -90,6 +90,7 @@ def pair_launches(
     seed: int = 0,
     device: str = "gpu0",
     per_request_metrics: bool = False,
+    num_gpu_blocks: int = 4185,
 ) -> list[EngineLaunch]:
     """A speculative and a plain engine of one model on one device timeline."""
     common: dict[str, Any] = {
@@ -98,6 +99,7 @@ def pair_launches(
         "max_model_len": max_model_len,
         "profile": profile,
         "seed": seed,
+        "num_gpu_blocks": num_gpu_blocks,
     }
     return [
         EngineLaunch(
@@ -194,6 +196,7 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
         "max_model_len",
         "max_num_batched_tokens",
         "seed",
+        "num_gpu_blocks",
         "disable_log_stats",
         "per_request_spec_decode_metrics",
         "faults",
@@ -214,6 +217,7 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
             max_num_batched_tokens=int(e.get("max_num_batched_tokens", 8192)),
             profile=str(e.get("profile", "h200-qwen3-8b")),
             seed=int(e.get("seed", 0)),
+            num_gpu_blocks=int(e.get("num_gpu_blocks", 4185)),
         )
         launches.append(
             EngineLaunch(

@@ -394,28 +394,22 @@ async def _stream(
     prompt_total = _prompt_total(pr)
     model = h.name
     hang_after = h.faults.mid_stream_chunks if h.faults.hang == "mid_stream" else None
+    backlog: list[tuple[int, TokenEvent]] = []  # events held back by a fault
     while left:
-        i, ev = await queue.get()
-        items = [(i, ev)]
+        items, backlog = backlog, []
+        if not items:
+            items.append(await queue.get())
         while not queue.empty():
             items.append(queue.get_nowait())
         parts: list[bytes] = []
-        for i, ev in items:
+        fault: str | None = None
+        for n_done, (i, ev) in enumerate(items, 1):
             if pr.chat and not started[i]:
-                parts.append(
-                    sse(
-                        chunk(
-                            chat=True,
-                            rid=rid,
-                            created=created,
-                            model=model,
-                            index=i,
-                            text="",
-                            finish_reason=None,
-                            role=True,
-                        )
-                    )
+                role = chunk(
+                    chat=True, rid=rid, created=created, model=model, index=i, text="", finish_reason=None
                 )
+                role["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+                parts.append(sse(role))
             started[i] = True
             c = chunk(
                 chat=pr.chat,
@@ -431,13 +425,20 @@ async def _stream(
             parts.append(sse(c))
             if ev.finish_reason is not None:
                 left -= 1
+            chunks += 1
+            if crash_after_chunks is not None and chunks >= crash_after_chunks:
+                fault = "crash"
+            elif hang_after is not None and chunks >= hang_after:
+                fault = "hang"
+            if fault:
+                backlog = items[n_done:]
+                break
         await resp.write(b"".join(parts))
-        chunks += 1
-        if crash_after_chunks is not None and chunks >= crash_after_chunks:
+        if fault == "crash":
             await h.crash()
             return resp
-        if hang_after is not None and chunks >= hang_after:
-            await h.hang_event().wait()
+        if fault == "hang":
+            await h.hang_event().wait()  # until the hang fault is lifted (or the client leaves)
             hang_after = None
         if h.dead:
             _cut(request)

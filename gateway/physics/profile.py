@@ -109,6 +109,9 @@ class StepTimeProfile(ABC):
     #: Host-side time of an n-gram/suffix proposer per step (ms), plus per sequence.
     cpu_proposer_ms: float = 0.15
     cpu_proposer_ms_per_seq: float = 0.004
+    #: Host time a speculative engine adds to every decode step that a plain engine hides:
+    #: rejection sampling and bookkeeping, with async scheduling off under speculation.
+    spec_host_overhead_ms: float = 0.8
 
     @abstractmethod
     def step_ms(self, batch: float, q: float = 1.0, ctx: float = BASE_CTX) -> float:
@@ -228,6 +231,7 @@ class RooflineProfile(StepTimeProfile):
         self._flops = tflops * 1e12 * compute_efficiency
         self._overhead = overhead_ms
         self.cpu_proposer_ms = 0.3  # a slower host beside a smaller card
+        self.spec_host_overhead_ms = 1.0
 
     def _roofline_ms(self, shape: ModelShape, batch: float, q: float, ctx: float) -> float:
         batch, q, ctx = max(1.0, batch), max(1.0, q), max(1.0, ctx)

@@ -143,3 +143,17 @@ def test_same_seed_same_text_on_both_engines() -> None:
         run_sequential(dev, eng, [r])
         outs.append("".join(r.output))
     assert outs[0] == outs[1] and len(outs[0]) > 50
+
+
+def _chat_throughput(spec: str | None) -> float:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m", spec=parse_spec_config(spec))))
+    reqs = [eng.make_request(CHATS[i % 4], max_tokens=200, temperature=0.7, seed=i) for i in range(8)]
+    elapsed = run_sequential(dev, eng, reqs)
+    return sum(len(r.output) for r in reqs) / elapsed
+
+
+def test_ngram_on_open_chat_is_a_slowdown_even_at_concurrency_1() -> None:
+    """Field report: n-gram regresses open chat by ~15 % (nothing to draft, extra host work)."""
+    ratio = _chat_throughput(NGRAM5) / _chat_throughput(None)
+    assert 0.75 < ratio < 0.97, ratio

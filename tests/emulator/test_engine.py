@@ -1,0 +1,150 @@
+"""The pure engine model: batching, prefill, finishing, aborts, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.emulator.device import Device
+from gateway.emulator.engine import Engine, EngineConfig
+from gateway.emulator.spec import SpecConfigError, parse_spec_config
+from gateway.emulator.textgen import PromptKind, classify
+from gateway.physics import get_profile
+from tests.emulator.conftest import NGRAM5, run_all, run_sequential
+from tests.emulator.prompts import CHATS, EDITS, SUMMARIES
+
+
+def test_classify_prompts_by_what_they_ask() -> None:
+    assert {classify(p) for p in EDITS} == {PromptKind.EDIT}
+    assert {classify(p) for p in SUMMARIES} == {PromptKind.SUMMARY}
+    assert {classify(p) for p in CHATS} == {PromptKind.CHAT}
+
+
+def test_max_num_seqs_caps_the_batch_and_queues_the_rest() -> None:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m", max_num_seqs=4)))
+    reqs = [eng.make_request("hello", max_tokens=20, ignore_eos=True, seed=i) for i in range(10)]
+    for r in reqs:
+        dev.submit(eng, r, 0.0)
+    # the first request started stepping at once; the next step admits up to the cap
+    assert eng.num_running == 1 and eng.num_waiting == 9
+    dev.run_until(dev.next_event_time() or 0.0)
+    assert eng.num_running == 4 and eng.num_waiting == 6
+    peak = 0
+    while (t := dev.next_event_time()) is not None:
+        dev.run_until(t)
+        peak = max(peak, eng.num_running)
+    assert peak == 4
+    assert all(r.finish_reason == "length" and len(r.output) == 20 for r in reqs)
+    # queued requests waited for a slot
+    assert reqs[-1].scheduled_at is not None and reqs[-1].scheduled_at > 0
+
+
+def test_step_time_follows_the_profile_and_prefill_costs_time() -> None:
+    prof = get_profile("h200-qwen3-8b")
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m")))
+    short = eng.make_request("hi", max_tokens=50, ignore_eos=True)
+    run_sequential(dev, eng, [short])
+    assert short.first_token_at is not None and short.finished_at is not None
+    tpot = (short.finished_at - short.first_token_at) / 49
+    assert tpot * 1e3 == pytest.approx(prof.step_ms(1, 1, short.num_prompt_tokens + 25), rel=0.05)
+    long_prompt = " ".join(["word"] * 3000)
+    long = eng.make_request(long_prompt, max_tokens=2, ignore_eos=True)
+    t0 = dev.t
+    run_sequential(dev, eng, [long], t0)
+    assert long.first_token_at is not None
+    assert long.first_token_at - t0 > (short.first_token_at - 0.0) + prof.prefill_ms(2500) / 1e3
+
+
+def test_long_prompts_are_prefilled_in_chunks() -> None:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m", max_num_batched_tokens=512, max_model_len=8192)))
+    req = eng.make_request(" ".join(["w"] * 2000), max_tokens=3, ignore_eos=True)
+    dev.submit(eng, req, 0.0)
+    run_all(dev)
+    assert eng.stats.steps >= 4 + 2  # four prefill chunks, then decode steps
+    assert eng.stats.prompt_tokens == req.num_prompt_tokens
+
+
+def test_stop_strings_and_natural_stop() -> None:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m")))
+    free = eng.make_request(EDITS[0], max_tokens=4000, temperature=0.0)
+    run_sequential(dev, eng, [free])
+    assert free.finish_reason == "stop" and len(free.output) == free.gen.natural_length
+    text = "".join(free.output)
+    stop = text[40:46]
+    cut = eng.make_request(EDITS[0], max_tokens=4000, temperature=0.0, stop=(stop,))
+    run_sequential(dev, eng, [cut], dev.t)
+    assert cut.finish_reason == "stop"
+    assert "".join(cut.output) == text[: text.index(stop)]
+
+
+def test_abort_frees_the_slot_and_counts() -> None:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m", max_num_seqs=1)))
+    a = eng.make_request("a", max_tokens=100, ignore_eos=True)
+    b = eng.make_request("b", max_tokens=5, ignore_eos=True)
+    dev.submit(eng, a, 0.0)
+    dev.submit(eng, b, 0.0)
+    assert eng.num_waiting == 1
+    dev.run_until(0.02)
+    dev.abort(eng, a, 0.02)
+    assert a.finish_reason == "abort" and eng.stats.finished["abort"] == 1
+    run_all(dev)
+    assert b.finish_reason == "length" and len(a.output) < 100
+    assert not dev.abort(eng, a, dev.t)  # already gone: nothing to do
+
+
+def test_same_seed_same_answer_and_different_seeds_differ_at_t1() -> None:
+    def answer(seed: int | None, temperature: float) -> str:
+        dev = Device()
+        eng = dev.attach(Engine(EngineConfig("m", spec=parse_spec_config(NGRAM5))))
+        r = eng.make_request(SUMMARIES[0], max_tokens=80, temperature=temperature, seed=seed)
+        run_sequential(dev, eng, [r])
+        return "".join(r.output)
+
+    assert answer(7, 1.0) == answer(7, 1.0)
+    assert answer(7, 1.0) != answer(8, 1.0)
+    assert answer(None, 0.0) == answer(None, 0.0)  # greedy is deterministic
+
+
+def test_spec_counters_are_consistent() -> None:
+    dev = Device()
+    eng = dev.attach(Engine(EngineConfig("m", spec=parse_spec_config(NGRAM5))))
+    reqs = [eng.make_request(p, max_tokens=200, temperature=0.0, seed=i) for i, p in enumerate(EDITS)]
+    run_sequential(dev, eng, reqs)
+    s = eng.stats
+    assert s.num_drafts == sum(r.num_drafts for r in reqs) > 0
+    assert s.num_accepted == sum(s.accepted_per_pos) <= s.num_draft_tokens <= 5 * s.num_drafts
+    assert s.accepted_per_pos == sorted(s.accepted_per_pos, reverse=True)
+    assert s.generation_tokens == sum(len(r.output) for r in reqs)
+    summary = reqs[0].spec_summary()
+    assert summary["num_drafts"] == reqs[0].num_drafts
+    # tokens per step beats 1: that is the point of speculation
+    assert s.generation_tokens / s.steps > 1.5
+
+
+@pytest.mark.parametrize(
+    "raw,err",
+    [
+        ('{"method":"ngram","num_speculative_tokens":5,"bogus":1}', "bogus"),
+        ('{"method":"nope","num_speculative_tokens":5}', "method"),
+        ('{"method":"ngram"}', "num_speculative_tokens"),
+        ('{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":6,"prompt_lookup_max":3}', "min"),
+        ('{"method":"eagle3","num_speculative_tokens":3,"rejection_sample_method":"synthetic"}', "synthetic"),
+        ("[1,2]", "object"),
+        ("{nope", "JSON"),
+    ],
+)
+def test_speculative_config_errors(raw: str, err: str) -> None:
+    with pytest.raises(SpecConfigError, match=err):
+        parse_spec_config(raw)
+
+
+def test_speculative_config_defaults() -> None:
+    assert parse_spec_config(None) is None
+    c = parse_spec_config('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}')
+    assert c is not None and (c.k, c.prompt_lookup_min, c.prompt_lookup_max, c.text_based) == (4, 4, 4, True)
+    d = parse_spec_config('{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}')
+    assert d is not None and d.method == "draft_model" and not d.text_based

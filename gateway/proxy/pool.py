@@ -25,7 +25,7 @@ class UpstreamPool:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None),
                 auto_decompress=True,
-                skip_auto_headers=("User-Agent",),
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
                 raise_for_status=False,
             )
 

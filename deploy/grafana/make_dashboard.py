@@ -80,7 +80,10 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         "Predicted speed-up vs measured",
         "none",
         [
-            (f"max by (model) (specgate_routing_predicted_speedup{{{M}}})", "predicted (last decision)"),
+            (
+                f"max by (model) (specgate_routing_predicted_speedup{{{M}}})",
+                "predicted {{model}} (last decision)",
+            ),
             (
                 f"{_mean(TPOT, ON_BASE)} / {_mean(TPOT, ON_SPEC)}",
                 "measured: mean TPOT base / spec",
@@ -95,12 +98,12 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         [
             (
                 f"max by (model) (specgate_routing_break_even_acceptance_length{{{M}}})",
-                "predicted break-even (tokens/step)",
+                "predicted break-even {{model}} (tokens/step)",
             ),
             (
                 f"1 + {_rate('vllm:spec_decode_num_accepted_tokens_total', M, 'model')}"
                 f" / {_rate('vllm:spec_decode_num_drafts_total', M, 'model')}",
-                "measured (vLLM counters)",
+                "measured {{model}} (vLLM counters)",
             ),
         ],
         {},

@@ -82,7 +82,9 @@ def plot(panel: dict[str, Any], series: list[Series], out: Path, subtitle: str) 
     import matplotlib.pyplot as plt
 
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "none")
-    scale, ylabel = {"s": (1000.0, "ms"), "percentunit": (100.0, "%")}.get(unit, (1.0, unit))
+    scale, ylabel = {"s": (1000.0, "ms"), "percentunit": (100.0, "%"), "none": (1.0, "")}.get(
+        unit, (1.0, unit)
+    )
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
     for name, xs, ys in sorted(series):
         ax.plot(xs, [y * scale for y in ys], label=name, linewidth=1.6)

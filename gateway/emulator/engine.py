@@ -400,7 +400,7 @@ class Engine:
                     continue
                 # prefill complete: the step samples the first token
                 if spec is not None and spec.text_based:
-                    req.proposer = PromptLookupProposer(
+                    req.proposer = indexed_proposer(
                         req.prompt_tokens,
                         k=spec.k,
                         n_min=spec.prompt_lookup_min,
@@ -485,6 +485,23 @@ class Engine:
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)
+
+
+def indexed_proposer(prompt: list[str], *, k: int, n_min: int, n_max: int) -> PromptLookupProposer:
+    """A :class:`PromptLookupProposer` over ``prompt``, indexed in bulk.
+
+    Same state as ``PromptLookupProposer(prompt, ...)`` (every n-gram that has a
+    follower maps to the end of its latest occurrence) but built with C-level zips:
+    long prompts are indexed once per request, so this is the emulator's hot path.
+    """
+    prop = PromptLookupProposer((), k=k, n_min=n_min, n_max=n_max)
+    size = len(prompt)
+    for n in range(n_min, n_max + 1):
+        if size > n:
+            grams = zip(*(prompt[j : size - n + j] for j in range(n)), strict=True)
+            prop._index[n] = dict(zip(grams, range(n, size), strict=True))
+    prop.tokens = list(prompt)
+    return prop
 
 
 def _apply_stop(req: EngineRequest, toks: list[str]) -> tuple[list[str], bool]:

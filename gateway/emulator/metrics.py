@@ -101,6 +101,8 @@ class EngineMetrics:
         gc_collector.GCCollector(registry=r)
         self.log_stats = log_stats
         self.engine: Engine | None = None
+        self._gen_pending = 0
+        self._prompt_pending = 0
         if not log_stats:
             return
         lv = ("0", model_name)
@@ -295,10 +297,7 @@ class EngineMetrics:
             self.iteration.observe(plan.num_tokens)
 
     def on_prompt_tokens(self, n: int) -> None:
-        if self.log_stats:
-            self.prompt_tokens.inc(n)
-            self.prompt_local.inc(n)
-            self.prefix_queries.inc(n)
+        self._prompt_pending += n  # flushed into the counters at scrape time (hot path)
 
     def on_first_token(self, req: EngineRequest) -> None:
         if self.log_stats and req.first_token_at is not None:
@@ -307,7 +306,7 @@ class EngineMetrics:
     def on_tokens(self, req: EngineRequest, n: int, itl_s: float | None) -> None:
         if not self.log_stats:
             return
-        self.generation_tokens.inc(n)
+        self._gen_pending += n
         if itl_s is not None:
             self.itl.observe(itl_s)
 
@@ -349,8 +348,18 @@ class EngineMetrics:
     # --- exposition -----------------------------------------------------------------
     def refresh(self) -> None:
         """Set the gauges from the engine's current state (called before each scrape)."""
+        if not self.log_stats:
+            return
+        if self._gen_pending:
+            self.generation_tokens.inc(self._gen_pending)
+            self._gen_pending = 0
+        if self._prompt_pending:
+            n, self._prompt_pending = self._prompt_pending, 0
+            self.prompt_tokens.inc(n)
+            self.prompt_local.inc(n)
+            self.prefix_queries.inc(n)
         eng = self.engine
-        if eng is None or not self.log_stats:
+        if eng is None:
             return
         self.running.set(eng.num_running)
         self.waiting.set(eng.num_waiting)

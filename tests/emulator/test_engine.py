@@ -148,3 +148,23 @@ def test_speculative_config_defaults() -> None:
     assert c is not None and (c.k, c.prompt_lookup_min, c.prompt_lookup_max, c.text_based) == (4, 4, 4, True)
     d = parse_spec_config('{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}')
     assert d is not None and d.method == "draft_model" and not d.text_based
+
+
+def test_bulk_indexed_proposer_equals_incremental_one() -> None:
+    import random
+
+    from gateway.emulator.engine import indexed_proposer
+    from gateway.text import PromptLookupProposer
+
+    rng = random.Random(1)
+    for _ in range(200):
+        toks = [rng.choice("abcde") for _ in range(rng.randrange(0, 60))]
+        n_min = rng.randrange(1, 4)
+        n_max = rng.randrange(n_min, 6)
+        a = PromptLookupProposer(toks, k=4, n_min=n_min, n_max=n_max)
+        b = indexed_proposer(toks, k=4, n_min=n_min, n_max=n_max)
+        assert a.propose() == b.propose()
+        for t in "abcabd":
+            a.append(t)
+            b.append(t)
+            assert a.propose() == b.propose()

@@ -14,6 +14,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -183,7 +184,7 @@ class ProxyCall:
         url = rt.config.url + _PATHS[self.endpoint]
         first_deadline = min(deadline, loop.time() + t.first_byte_s) if self.stream else deadline
         session = self.pool.session(rt.name)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, connect=t.connect_s)
+        timeout = _client_timeout(t.connect_s)
         resp: aiohttp.ClientResponse | None = None
         reason = result.reason
         try:
@@ -447,6 +448,11 @@ class ProxyCall:
                 return b"", False
             return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
         return ev + b"\n\n", False
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s)
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

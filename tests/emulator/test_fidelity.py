@@ -157,3 +157,26 @@ def test_ngram_on_open_chat_is_a_slowdown_even_at_concurrency_1() -> None:
     """Field report: n-gram regresses open chat by ~15 % (nothing to draft, extra host work)."""
     ratio = _chat_throughput(NGRAM5) / _chat_throughput(None)
     assert 0.75 < ratio < 0.97, ratio
+
+
+@pytest.mark.parametrize("concurrency", [1, 8, 32, 128])
+def test_real_vllm_draft_model_lesson_small_drafter_loses_at_every_concurrency(concurrency: int) -> None:
+    """Real vLLM 0.20.2 on an H200: a Qwen3-0.6B drafter, k=4, synthetic acceptance
+    .8/.65/.5/.4 (AL 3.36) had a higher TPOT than the plain engine at every concurrency."""
+    spec = (
+        '{"method":"draft_model","model":"Qwen/Qwen3-0.6B","num_speculative_tokens":4,'
+        '"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[0.8,0.65,0.5,0.4]}'
+    )
+    tpot = {}
+    for name, sc in (("spec", spec), ("plain", None)):
+        dev = Device()
+        eng = dev.attach(Engine(EngineConfig("m", spec=parse_spec_config(sc), num_gpu_blocks=100_000)))
+        prompt = " ".join(f"t{i}" for i in range(512))
+        reqs = [eng.make_request(prompt, max_tokens=128, ignore_eos=True, seed=i) for i in range(concurrency)]
+        for r in reqs:
+            dev.submit(eng, r, 0.0)
+        run_all(dev)
+        tpot[name] = sum(
+            (r.finished_at - r.first_token_at) / 127 for r in reqs if r.finished_at and r.first_token_at
+        ) / len(reqs)
+    assert tpot["spec"] > tpot["plain"], tpot

@@ -26,6 +26,7 @@ WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 GEN_TOKENS = "vllm:generation_tokens"
 TPOT = "vllm:request_time_per_output_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
 
 # Sample names (as they appear at the start of a line) that we keep; everything else is
 # dropped before parsing. Prefixes are exact up to the label brace or the space.
@@ -40,8 +41,10 @@ _KEEP_SAMPLES = (
     f"{GEN_TOKENS}_total",
     f"{TPOT}_sum",
     f"{TPOT}_count",
+    f"{ITL}_sum",
+    f"{ITL}_count",
 )
-_KEEP_FAMILIES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS, RUNNING, WAITING, KV_USAGE, GEN_TOKENS, TPOT)
+_KEEP_FAMILIES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS, RUNNING, WAITING, KV_USAGE, GEN_TOKENS, TPOT, ITL)
 
 
 class MetricsParseError(ValueError):
@@ -62,6 +65,8 @@ class MetricsSample:
     generation_tokens: float | None = None
     tpot_sum: float | None = None
     tpot_count: float | None = None
+    itl_sum: float | None = None
+    itl_count: float | None = None
 
     @property
     def has_vllm_metrics(self) -> bool:
@@ -142,6 +147,8 @@ def parse_metrics(text: str, model_name: str | None = None) -> MetricsSample:
         generation_tokens=get(f"{GEN_TOKENS}_total"),
         tpot_sum=get(f"{TPOT}_sum"),
         tpot_count=get(f"{TPOT}_count"),
+        itl_sum=get(f"{ITL}_sum"),
+        itl_count=get(f"{ITL}_count"),
     )
 
 
@@ -158,13 +165,24 @@ class WindowedStats:
     mean_acceptance_length: float | None = None
     per_position: tuple[float, ...] | None = None
     tpot_s: float | None = None
+    step_s: float | None = None  # windowed mean inter-token latency (one step as requests see it)
+    tokens_per_step: float | None = None  # Δgeneration / (Δgeneration − Δaccepted), spec engines
     drafts: float = 0.0  # Δdrafts in the window (how much evidence the rates rest on)
     generation_tps: float | None = None
     resets: int = 0  # counter resets (engine restarts) seen so far
 
 
 def _counters(s: MetricsSample) -> tuple[float | None, ...]:
-    return (s.drafts, s.draft_tokens, s.accepted, s.generation_tokens, s.tpot_count, s.tpot_sum)
+    return (
+        s.drafts,
+        s.draft_tokens,
+        s.accepted,
+        s.generation_tokens,
+        s.tpot_count,
+        s.tpot_sum,
+        s.itl_count,
+        s.itl_sum,
+    )
 
 
 @dataclass
@@ -177,6 +195,7 @@ class MetricsWindow:
 
     window_s: float = 10.0
     min_drafts: float = 1.0  # fewer drafts than this in the window → acceptance unknown
+    min_tokens: float = 200.0  # fewer generated tokens than this → tokens per step unknown
     _hist: deque[tuple[float, MetricsSample]] = field(default_factory=deque)
     resets: int = 0
 
@@ -235,6 +254,12 @@ class MetricsWindow:
         tpot = d_sum / d_cnt if d_cnt and d_sum is not None and d_cnt > 0 else None
         d_gen = delta(old.generation_tokens, new.generation_tokens)
         gen_tps = d_gen / span if d_gen is not None else None
+        d_icnt = delta(old.itl_count, new.itl_count)
+        d_isum = delta(old.itl_sum, new.itl_sum)
+        step = d_isum / d_icnt if d_icnt and d_isum is not None and d_icnt > 0 else None
+        tps = None
+        if d_gen is not None and d_acc is not None and d_gen > d_acc >= 0 and d_gen >= self.min_tokens:
+            tps = d_gen / (d_gen - d_acc)
         return WindowedStats(
             at=t1,
             window_s=span,
@@ -245,6 +270,8 @@ class MetricsWindow:
             mean_acceptance_length=al,
             per_position=pp,
             tpot_s=tpot,
+            step_s=step,
+            tokens_per_step=tps,
             drafts=d_drafts or 0.0,
             generation_tps=gen_tps,
             resets=self.resets,

@@ -7,14 +7,19 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    curves decaying with temperature), blended with what was learned for its class
    (:class:`~gateway.routing.acceptance.KindLearner`), scaled by the ratio of the spec
    engine's live windowed acceptance to what the router expected of the traffic it sent;
-2. step times of both engines at their current load from the calibration profile,
-   scaled by the ratio of their measured per-token latency to the predicted one;
-3. both engines on one device timeline, plus the delay the request imposes on the
-   others (:mod:`gateway.routing.costmodel`) → predicted speed-up of spec over base;
-4. the class's mode (:mod:`gateway.routing.modes`): while speculating, spec iff the
-   speed-up exceeds ``1 + margin``; in fallback, plain but for bounded probes.
+2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
+   step), the pair's whole load, and step times of both engines from the calibration
+   profile, scaled by the ratio of their measured per-token latency to the predicted one;
+3. both engines on one device timeline (:mod:`gateway.routing.costmodel`): the
+   predicted speed-up of serving the traffic on spec rather than on plain, which
+   counts what each request costs the others (they share the batch and the device);
+4. the model's mode (:mod:`gateway.routing.modes`): *speculating* sends traffic to spec,
+   *fallback* to plain but for bounded probes; the mode flips only when the smoothed
+   speed-up crosses ``1 + margin`` by the hysteresis band, after a minimum dwell.
 
-Reasons come from the bounded vocabulary :data:`REASONS`.
+Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
+GPU both steps then run in every cycle, which is slower for everybody than either
+regime (see :mod:`gateway.routing.costmodel`). Reasons come from :data:`REASONS`.
 """
 
 from __future__ import annotations
@@ -27,10 +32,9 @@ from gateway.routing.acceptance import (
     KindLearner,
     ngram_prior,
     prior_tokens_per_step,
-    temp_bucket,
 )
 from gateway.routing.config import RoutingConfig
-from gateway.routing.costmodel import Costs, pair_costs
+from gateway.routing.costmodel import RegimeCosts, regime_costs
 from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -45,16 +49,21 @@ REASONS: tuple[str, ...] = (
     "base_down",
     "prior",
     "predicted_faster",
-    "predicted_slower",
+    "hysteresis",
     "below_break_even",
     "probe",
     "high_load",
     "low_acceptance",
 )
 DEFAULT_K = 5
-_UNKNOWN_DECAY_S = 30.0  # with no live acceptance, the correction relaxes to 1 on this half-life
+MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
+_UNKNOWN_DECAY_S = 120.0  # with no live acceptance, the correction relaxes to 1 on this half-life
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
 _SCALE_MAX = 20.0
+_MIX_WINDOW_S = 20.0  # traffic mix: requests of the last seconds...
+_MIX_MIN, _MIX_MAX = 16, 256  # ...at least / at most this many
+_PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
+_FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 
 
 def _load(e: EngineView) -> float:
@@ -74,22 +83,28 @@ class AdaptivePolicy:
         self.cfg = cfg or RoutingConfig(policy="adaptive")
         self.steps = steps or get_step_model(self.cfg.profile, self.cfg.context_tokens)
         self.learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
-        self.modes: dict[tuple[str, int], ModeTracker] = {}
-        self.probers: dict[tuple[str, int], Prober] = {}
+        self.mode = ModeTracker(
+            self.cfg.margin, self.cfg.hysteresis, self.cfg.min_dwell_s, self.cfg.smoothing_s
+        )
+        self.prober = Prober(self.cfg.probe_share, self.cfg.probe_interval_s)
         self.recent: deque[dict[str, object]] = deque(maxlen=max(1, self.cfg.recent_decisions))
         self.reasons: Counter[str] = Counter()
         self.method = "ngram"
         self.k = DEFAULT_K
+        # Recent eligible traffic: (time, learned E before the live correction, verified tokens/step).
+        self._mix: deque[tuple[float, float, float]] = deque(maxlen=_MIX_MAX)
         # Live corrections (multiplicative, 1 = the model is right).
         self.live_ratio = 1.0
         self.live_measured = False
         self.scale_spec = 1.0
         self.scale_base = 1.0
         self._expected_al: float | None = None  # expected AL over drafted steps of spec traffic
-        self._expected_e: float | None = None  # expected tokens/step of spec traffic (corrected)
+        self._expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
         self._last_live = -math.inf
-        self._last_costs: Costs | None = None
+        self._last_costs: RegimeCosts | None = None
         self._last_view_key: tuple[object, ...] | None = None
+        # (time, spec load, base load, predicted spec step, predicted base step), last window.
+        self._pred_hist: deque[tuple[float, float, float, float, float]] = deque(maxlen=4096)
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -100,59 +115,79 @@ class AdaptivePolicy:
         spec, base = pair.spec, pair.base
         self.method = (spec.method or "ngram").lower()
         self.k = spec.k if spec.k > 0 else DEFAULT_K
+        if self.prober.last_probe == -math.inf:
+            self.prober.last_probe = now
         self._refresh_live(pair, now)
 
         kind = features.kind if features.kind in KINDS else "chat"
-        t = features.temperature
         prior_e, p_draft = self._prior(features)
-        blended, evidence = self.learner.blend(kind, t, prior_e, now)
-        e = 1.0 + (blended - 1.0) * self.live_ratio
-        b_s, b_b = _load(spec), _load(base)
-        costs = self._costs(b_s, b_b, e)
-        speedup = costs.speedup
+        blended, evidence = self.learner.blend(kind, features.temperature, prior_e, now)
+        e = self._corrected(blended)
+        q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
+        self._mix_add(now, blended, q)
+        load = _load(spec) + _load(base) + 1.0
+        costs = self._regime(load)
         self._last_costs = costs
-
-        key = (kind, temp_bucket(t))
-        mode = self.modes.get(key)
-        if mode is None:
-            mode = self.modes[key] = ModeTracker(
-                self.cfg.margin, self.cfg.hysteresis, self.cfg.min_dwell_s, self.cfg.smoothing_s
-            )
-        speculating = mode.update(speedup, now)
+        speedup = costs.speedup
+        speculating = self.mode.update(speedup, now)
         no_data = spec.stale and evidence == 0.0 and not self.live_measured
         threshold = 1.0 + self.cfg.margin
 
         probe = False
         if speculating:
-            if speedup > threshold:
-                route, reason = Route.SPEC, "prior" if no_data else "predicted_faster"
-            else:
-                route, reason = Route.BASE, "prior" if no_data else self._why_not(e, speedup, threshold)
+            route = Route.SPEC
+            reason = "prior" if no_data else ("predicted_faster" if speedup > threshold else "hysteresis")
+        elif (
+            self._probe_candidate(features, blended)
+            and self._recovery_would_flip(load)
+            and self.prober.should_probe(now)
+        ):
+            route, reason, probe = Route.SPEC, "probe", True
         else:
-            prober = self.probers.get(key)
-            if prober is None:
-                prober = self.probers[key] = Prober(
-                    self.cfg.probe_share, self.cfg.probe_interval_s, last_probe=now
-                )
-            if prober.should_probe(now):
-                route, reason, probe = Route.SPEC, "probe", True
-            elif no_data:
-                route, reason = Route.BASE, "prior"
+            route = Route.BASE
+            if no_data:
+                reason = "prior"
             elif speedup > threshold:
-                route, reason = Route.BASE, "below_break_even"  # held in fallback by hysteresis
+                reason = "below_break_even"  # held in fallback by the hysteresis band / dwell
             else:
-                route, reason = Route.BASE, self._why_not(e, speedup, threshold)
+                reason = "high_load" if self._regime(1.0).speedup > threshold else "low_acceptance"
         if route is Route.SPEC:
-            self._track_expected(blended, p_draft, e)
+            self._track_expected(blended, p_draft)
+        own = costs.base_ms / (costs.spec_ms / self._inv_e_mix() / e) if costs.spec_ms > 0 else 1.0
         d = decide_route(
             pair,
             route,
             reason,
-            predicted_speedup=round(speedup, 4),
+            predicted_speedup=round(own, 4),
             predicted_acceptance=round(e, 4),
             probe=probe,
         )
         return self._record(features, d, now, e)
+
+    def _probe_candidate(self, f: RequestFeatures, blended: float) -> bool:
+        """Probes wake the spec engine, which slows every request on the device while they
+        run: use short requests that would show whether speculation pays."""
+        short = f.max_tokens is not None and f.max_tokens <= self.cfg.probe_max_tokens
+        return short and blended >= _PROBE_MIN_E
+
+    def _recovery_would_flip(self, load: float) -> bool:
+        """Whether fully recovered acceptance would bring the model back to speculating.
+
+        Without that, a probe could not change any decision and only costs: while it runs,
+        the spec engine's steps slow every request on the device.
+        """
+        if self.live_ratio >= 0.95:
+            return False  # acceptance is not what holds the model in fallback: nothing to recover
+        saved = self.live_ratio
+        self.live_ratio = 1.0
+        try:
+            s = self._regime(load).speedup
+        finally:
+            self.live_ratio = saved
+        return s > 1.0 + self.cfg.margin + self.cfg.hysteresis
+
+    def _corrected(self, blended: float) -> float:
+        return 1.0 + (blended - 1.0) * self.live_ratio
 
     def _prior(self, f: RequestFeatures) -> tuple[float, float]:
         override = self.cfg.prior_tokens_per_step.get(self.method)
@@ -163,65 +198,108 @@ class AdaptivePolicy:
             return override, 1.0
         return prior_tokens_per_step(self.method, f.overlap, f.temperature, self.k), 1.0
 
-    def _costs(self, b_s: float, b_b: float, e: float) -> Costs:
-        return pair_costs(
+    def _mix_add(self, now: float, blended: float, q: float) -> None:
+        mix = self._mix
+        mix.append((now, blended, q))
+        while len(mix) > _MIX_MIN and mix[0][0] < now - _MIX_WINDOW_S:
+            mix.popleft()
+
+    def _inv_e_mix(self) -> float:
+        if not self._mix:
+            return 1.0
+        return sum(1.0 / self._corrected(b) for _, b, _ in self._mix) / len(self._mix)
+
+    def _q_mix(self) -> float:
+        mix = self._mix
+        return sum(x[2] for x in mix) / len(mix) if mix else float(self.k + 1)
+
+    def _regime(self, load: float) -> RegimeCosts:
+        return regime_costs(
             self.steps,
-            k=self.k,
-            b_spec=b_s,
-            b_base=b_b,
-            tokens_per_step=e,
+            load=load,
+            q_spec=self._q_mix(),
+            inv_tokens_per_step=self._inv_e_mix(),
             scale_spec=self.scale_spec,
             scale_base=self.scale_base,
-            marginal_weight=self.cfg.marginal_weight,
             margin=self.cfg.margin,
+            method=self.method,
+            k=self.k,
         )
 
-    def _why_not(self, e: float, speedup: float, threshold: float) -> str:
-        idle = self._costs(0.0, 0.0, e).speedup
-        if idle > threshold:
-            return "high_load"
-        return "low_acceptance" if e < 1.5 else "predicted_slower"
+    def _track_expected(self, blended: float, p_draft: float) -> None:
+        """What the router expects the spec engine to measure of the traffic it sends.
 
-    def _track_expected(self, blended: float, p_draft: float, e: float) -> None:
+        The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
+        length, the *harmonic* mean of E. So the expectation is kept as a mean of 1/E.
+        """
         al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
-        self._expected_al = (
-            al if self._expected_al is None else self._expected_al + 0.05 * (al - self._expected_al)
-        )
-        self._expected_e = e if self._expected_e is None else self._expected_e + 0.05 * (e - self._expected_e)
+        old_al, old_inv = self._expected_al, self._expected_inv
+        self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
+        inv = 1.0 / blended
+        self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
 
     # -- live corrections -----------------------------------------------------------
     def _refresh_live(self, pair: PairView, now: float) -> None:
         dt = now - self._last_live if math.isfinite(self._last_live) else 0.0
         self._last_live = now
         spec, base = pair.spec, pair.base
-        hl = self.cfg.live_half_life_s
-        al = spec.mean_acceptance_length
-        if not spec.stale and al is not None and self._expected_al is not None and self._expected_al > 1.0:
-            raw = min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
-            self.live_ratio = _toward(self.live_ratio, raw, dt if self.live_measured else 1e9, hl)
+        raw = self._live_acceptance_ratio(spec)
+        if raw is not None:
+            hl = self.cfg.live_half_life_s
+            self.live_ratio = _toward(self.live_ratio, raw, dt, hl)
             self.live_measured = True
         else:
             self.live_ratio = _toward(self.live_ratio, 1.0, dt, _UNKNOWN_DECAY_S)
-        if not self.cfg.fit_step_times:
+        if self.cfg.fit_step_times:
+            self._fit_steps(spec, base, now)
+
+    def _live_acceptance_ratio(self, spec: EngineView) -> float | None:
+        """Live acceptance of the spec engine ÷ what the router expected of its traffic."""
+        if spec.stale:
+            return None
+        tps = spec.tokens_per_step
+        if tps is not None and self._expected_inv is not None and self._expected_inv < 0.98:
+            expected = 1.0 / self._expected_inv
+            return min(1.5, max(0.05, (tps - 1.0) / (expected - 1.0)))
+        al = spec.mean_acceptance_length
+        if al is not None and self._expected_al is not None and self._expected_al > 1.02:
+            return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
+        return None
+
+    def _fit_steps(self, spec: EngineView, base: EngineView, now: float) -> None:
+        """Scale the profile by measured step time (windowed inter-token latency) ÷ predicted.
+
+        The measured cycle is free of acceptance (one emission per step), so this corrects
+        step times only. The scraped value is a mean over the last window, weighted by
+        emissions (a step of batch B counts B times), so it is compared with the same
+        load-weighted mean of what the profile predicted over that window. Only windows in
+        which the engine ran alone on the device are used: with both engines stepping,
+        how the device interleaves them blurs the attribution. Fitted once per new
+        scrape, on a fractional power (smoothing).
+        """
+        l_s, l_b = _load(spec), _load(base)
+        hist = self._pred_hist
+        t_s = self.steps.step_ms(max(l_s, 1.0), self._q_mix()) + self.steps.spec_extra_ms(
+            self.method, self.k, max(l_s, 1.0)
+        )
+        t_b = self.steps.step_ms(max(l_b, 1.0), 1.0)
+        hist.append((now, l_s, l_b, t_s, t_b))
+        while hist and hist[0][0] < now - _FIT_WINDOW_S:
+            hist.popleft()
+        key = (spec.step_s, base.step_s)
+        if key == self._last_view_key or len(hist) < 3:
             return
-        view_key = (spec.tpot_s, base.tpot_s)
-        if view_key == self._last_view_key:
-            return  # fit once per new scrape, not once per request
-        self._last_view_key = view_key
-        b_s, b_b = max(_load(spec), 1.0), max(_load(base), 1.0)
-        busy_s, busy_b = _load(spec) > 0, _load(base) > 0
-        if not base.stale and base.tpot_s and base.tpot_s > 0:
-            pred = self.scale_base * self.steps.step_ms(b_b, 1)
-            if busy_s:
-                pred += self.scale_spec * self.steps.step_ms(b_s, self.k + 1)
-            raw = base.tpot_s * 1000.0 / pred
-            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * raw**0.3))
-        if not spec.stale and spec.tpot_s and spec.tpot_s > 0 and self._expected_e:
-            pred = self.scale_spec * self.steps.step_ms(b_s, self.k + 1)
-            if busy_b:
-                pred += self.scale_base * self.steps.step_ms(b_b, 1)
-            raw = spec.tpot_s * 1000.0 * self._expected_e / pred
-            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * raw**0.3))
+        self._last_view_key = key
+        if not base.stale and base.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
+            w = sum(h[2] for h in hist)
+            pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
+            ratio = base.step_s * 1000.0 / pred
+            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
+        if not spec.stale and spec.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
+            w = sum(h[1] for h in hist)
+            pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
+            ratio = spec.step_s * 1000.0 / pred
+            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))
 
     # -- learning -------------------------------------------------------------------
     def observe(self, outcome: Outcome, now: float) -> None:
@@ -257,28 +335,29 @@ class AdaptivePolicy:
 
     def snapshot(self) -> dict[str, object]:
         now = self._last_live if math.isfinite(self._last_live) else 0.0
-        eligible = sum(p.eligible for p in self.probers.values())
-        probes = sum(p.probes for p in self.probers.values())
         c = self._last_costs
+        m, p = self.mode, self.prober
         return {
             "policy": self.name,
             "method": self.method,
             "k": self.k,
+            "mode": "speculating" if m.speculating else "fallback",
             "modes": {
-                f"{kind}/t{b}": {
+                MODE_KEY: {
                     "mode": "speculating" if m.speculating else "fallback",
                     "smoothed_speedup": None if m.smoothed is None else round(m.smoothed, 4),
                     "flips": m.flips,
                 }
-                for (kind, b), m in sorted(self.modes.items())
             },
             "break_even_tokens_per_step": None if c is None else round(c.break_even_tokens_per_step, 4),
             "last_predicted_speedup": None if c is None else round(c.speedup, 4),
+            "mix_tokens_per_step": round(1.0 / self._inv_e_mix(), 4),
+            "mix_verified_tokens_per_step": round(self._q_mix(), 4),
             "live_acceptance_ratio": round(self.live_ratio, 4),
             "step_scale": {"spec": round(self.scale_spec, 4), "base": round(self.scale_base, 4)},
             "learned": self.learner.snapshot(now),
-            "probe_share": round(probes / eligible, 4) if eligible else 0.0,
-            "probes": probes,
+            "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,
+            "probes": p.probes,
             "reasons": dict(self.reasons),
             "recent_decisions": list(self.recent),
         }

@@ -31,32 +31,31 @@ class RoutingConfig(BaseModel):
         0.05, ge=0.0, le=2.0, description="speculate only when the predicted speed-up exceeds 1 + margin"
     )
     hysteresis: float = Field(
-        0.05,
+        0.1,
         ge=0.0,
         le=1.0,
-        description="band around 1 + margin: a request class leaves speculation below 1 + margin - band "
+        description="band around 1 + margin: the model leaves speculation below 1 + margin - band "
         "and comes back above 1 + margin + band",
     )
-    min_dwell_s: float = Field(
-        5.0, ge=0.0, le=3600.0, description="minimum time between mode flips of a class"
-    )
+    min_dwell_s: float = Field(15.0, ge=0.0, le=3600.0, description="minimum time between mode flips")
     smoothing_s: float = Field(
-        2.0,
+        10.0,
         gt=0.0,
         le=600.0,
-        description="time constant of the smoothed per-class speed-up that drives the mode",
+        description="time constant of the smoothed predicted speed-up that drives the mode",
     )
     probe_share: float = Field(
-        0.03, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"
+        0.01, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"
     )
     probe_interval_s: float = Field(
-        10.0, gt=0.0, le=3600.0, description="at least one probe per class per interval while in fallback"
+        30.0, gt=0.0, le=3600.0, description="at least one probe per interval while in fallback"
     )
-    marginal_weight: float = Field(
-        1.0,
-        ge=0.0,
-        le=10.0,
-        description="weight of the delay a request imposes on the other requests sharing the device",
+    probe_max_tokens: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="only requests with max_tokens at most this are used as probes (a probe slows the "
+        "whole device while it runs, so short ones are cheap)",
     )
     prior_tokens_per_step: dict[str, float] = Field(
         default_factory=dict,

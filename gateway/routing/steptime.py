@@ -13,8 +13,7 @@ from __future__ import annotations
 import bisect
 import importlib
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,20 @@ _H200_QWEN3_8B = (
 
 
 class StepModel(Protocol):
-    def step_ms(self, batch: float, q: int) -> float: ...
+    def step_ms(self, batch: float, q: float) -> float:
+        """One target-model step: ``batch`` sequences verifying ``q`` tokens each."""
+        ...
+
+    def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
+        """Drafting and host overhead a speculative engine adds to each step."""
+        ...
+
+
+# Host time a speculative engine adds per step (rejection sampling, bookkeeping, async
+# scheduling off) and the n-gram proposer's own time, when no profile says otherwise.
+_SPEC_HOST_MS = 0.8
+_NGRAM_PROPOSER_MS = 0.15
+_NGRAM_PROPOSER_MS_PER_SEQ = 0.004
 
 
 def _interp(xs: tuple[int, ...], x: float) -> tuple[int, int, float]:
@@ -63,11 +75,11 @@ class TableStepModel:
     ) -> None:
         self.batches, self.qs, self.table = batches, qs, table
 
-    def step_ms(self, batch: float, q: int) -> float:
+    def step_ms(self, batch: float, q: float) -> float:
         if batch <= 0:
             return 0.0
         bi, bj, bw = _interp(self.batches, batch)
-        qi, qj, qw = _interp(self.qs, float(q))
+        qi, qj, qw = _interp(self.qs, q)
         t = self.table
 
         def row(r: int) -> float:
@@ -75,30 +87,39 @@ class TableStepModel:
 
         return max(0.1, row(bi) * (1 - bw) + row(bj) * bw)
 
+    def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
+        b = max(batch, 1.0)
+        if method in ("ngram", "ngram_gpu", "suffix"):
+            return _SPEC_HOST_MS + _NGRAM_PROPOSER_MS + _NGRAM_PROPOSER_MS_PER_SEQ * b
+        # Model drafters: roughly one small step per draft token (~7 % of a target step).
+        return _SPEC_HOST_MS + 0.07 * k * self.step_ms(b, 1.0)
+
 
 class _PhysicsAdapter:
-    def __init__(self, fn: Callable[[int, int, int], float], ctx: int) -> None:
-        self._fn, self._ctx = fn, ctx
-        self._cache: dict[tuple[int, int], float] = {}
+    """A :mod:`gateway.physics` profile, memoised on a (batch, q) grid of quarter steps."""
 
-    def step_ms(self, batch: float, q: int) -> float:
+    def __init__(self, profile: Any, ctx: int) -> None:
+        self._p, self._ctx = profile, float(ctx)
+        self._cache: dict[tuple[float, float], float] = {}
+
+    def step_ms(self, batch: float, q: float) -> float:
         if batch <= 0:
             return 0.0
-        lo = int(batch)
-        frac = batch - lo
-        a = self._at(max(lo, 1), q)
-        if frac <= 0 or lo < 1:
-            return a
-        return a + (self._at(lo + 1, q) - a) * frac
-
-    def _at(self, b: int, q: int) -> float:
-        key = (b, q)
+        key = (round(batch * 4) / 4, round(q * 4) / 4)
         v = self._cache.get(key)
         if v is None:
-            v = float(self._fn(b, q, self._ctx))
-            if len(self._cache) < 8192:
+            v = float(self._p.step_ms(key[0], key[1], self._ctx))
+            if len(self._cache) < 65536:
                 self._cache[key] = v
         return v
+
+    def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
+        b = max(batch, 1.0)
+        host = float(getattr(self._p, "spec_host_overhead_ms", _SPEC_HOST_MS))
+        try:
+            return host + float(self._p.draft_ms(method, max(k, 1), b, self._ctx))
+        except Exception:
+            return host + _NGRAM_PROPOSER_MS
 
 
 def get_step_model(profile: str = DEFAULT_PROFILE, ctx: int = 1024) -> StepModel:
@@ -106,7 +127,7 @@ def get_step_model(profile: str = DEFAULT_PROFILE, ctx: int = 1024) -> StepModel
     try:
         physics = importlib.import_module("gateway.physics")  # provided by the emulator package
         prof = physics.get_profile(profile)
-        return _PhysicsAdapter(prof.step_ms, ctx)
+        return _PhysicsAdapter(prof, ctx)
     except Exception as exc:
         if profile != DEFAULT_PROFILE:
             log.warning(

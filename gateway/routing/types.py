@@ -72,6 +72,13 @@ class EngineView:
     tpot_s: float | None = None
     method: str | None = None  # speculative method as declared in --speculative-config
     k: int = 0  # num_speculative_tokens
+    # Windowed mean time between a request's successive emissions (one engine step as the
+    # requests see it, waits for the other engine included), from vLLM's
+    # inter_token_latency histogram. Lets the router fit step times free of acceptance.
+    step_s: float | None = None
+    # Windowed output tokens per engine step over *all* steps (drafted or not), from the
+    # counters: Δgeneration / (Δgeneration − Δaccepted). Speculative engines only.
+    tokens_per_step: float | None = None
 
     @property
     def usable(self) -> bool:

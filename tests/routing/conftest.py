@@ -21,6 +21,6 @@ def with_(e: EngineView, **kw: object) -> EngineView:
     return replace(e, **kw)  # type: ignore[arg-type]
 
 
-EDIT = RequestFeatures("m", temperature=0.0, overlap=0.85, kind="edit")
+EDIT = RequestFeatures("m", temperature=0.0, overlap=0.85, kind="edit", max_tokens=256)
 CHAT_HOT = RequestFeatures("m", temperature=1.0, overlap=0.03, kind="chat")
 SUMMARY = RequestFeatures("m", temperature=0.3, overlap=0.3, kind="summary")

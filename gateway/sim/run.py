@@ -1,0 +1,213 @@
+"""One simulated run: Poisson arrivals of a mixed workload, one policy, one QPS."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from gateway.emulator.device import Device
+from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
+from gateway.emulator.spec import parse_spec_config
+from gateway.routing.config import RoutingConfig
+from gateway.routing.factory import build_policy
+from gateway.routing.overlap import predict_overlap, realised_lookup_acceptance
+from gateway.routing.types import ModelView, Outcome, PairView, RequestFeatures, Route
+from gateway.sim.monitor import ItlObserver, SimMonitor
+from gateway.workload import WorkloadRequest, iter_requests
+
+MODEL = "qwen3-8b"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    qps: float
+    policy: str = "adaptive"
+    duration_s: float = 120.0
+    seed: int = 1
+    mix: str | None = None  # workload kind mix (None: the corpus default)
+    temperature: str = "uniform:0:1"
+    profile: str = "h200-qwen3-8b"
+    method: str = "ngram"
+    k: int = 5
+    max_tokens_cap: int = 1024
+    drain_s: float = 300.0  # stop this long after the last arrival even if requests remain
+    routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
+
+
+@dataclass
+class RequestRecord:
+    arrival: float
+    kind: str
+    subkind: str
+    predicted_kind: str
+    temperature: float
+    route: str
+    reason: str
+    probe: bool
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    finished_at: float | None = None
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    records: list[RequestRecord]
+    policy_state: dict[str, object]
+    sim_end: float
+
+    def summary(self) -> dict[str, float | int | str]:
+        done = [r for r in self.records if r.finished_at is not None]
+        tpots = sorted(r.tpot_s for r in done if r.tpot_s is not None)
+        ttfts = sorted(r.ttft_s for r in done if r.ttft_s is not None)
+        toks = sum(r.output_tokens for r in done)
+        span = max((r.finished_at or 0.0) for r in done) if done else 0.0
+        n = len(self.records)
+        spec = sum(1 for r in self.records if r.route == "spec")
+        return {
+            "policy": self.config.policy,
+            "qps": self.config.qps,
+            "requests": n,
+            "finished": len(done),
+            "mean_tpot_ms": 1e3 * _mean(tpots),
+            "p99_tpot_ms": 1e3 * _pct(tpots, 0.99),
+            "mean_ttft_ms": 1e3 * _mean(ttfts),
+            "p99_ttft_ms": 1e3 * _pct(ttfts, 0.99),
+            "output_tok_s": toks / span if span > 0 else 0.0,
+            "spec_share": spec / n if n else 0.0,
+            "probe_share": sum(1 for r in self.records if r.probe) / n if n else 0.0,
+        }
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return math.nan
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def arrivals(cfg: SimConfig) -> list[tuple[float, WorkloadRequest]]:
+    """Poisson arrivals over ``duration_s`` with their requests (same for every policy)."""
+    rng = random.Random(cfg.seed * 7919 + round(cfg.qps * 1000))
+    reqs = iter_requests(cfg.seed, None, cfg.mix, cfg.temperature, max_tokens_cap=cfg.max_tokens_cap)
+    out: list[tuple[float, WorkloadRequest]] = []
+    t = rng.expovariate(cfg.qps)
+    while t < cfg.duration_s:
+        out.append((t, next(reqs)))
+        t += rng.expovariate(cfg.qps)
+    return out
+
+
+def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
+    work = workload if workload is not None else arrivals(cfg)
+    rcfg = RoutingConfig.model_validate({"policy": cfg.policy, "profile": cfg.profile, **cfg.routing})
+    policy = build_policy(rcfg)
+    spec_cfg = parse_spec_config({"method": cfg.method, "num_speculative_tokens": cfg.k})
+    device = Device("gpu0")
+    obs_s, obs_b = ItlObserver(), ItlObserver()
+    spec_eng = device.attach(
+        Engine(EngineConfig(MODEL, spec=spec_cfg, profile=cfg.profile, seed=cfg.seed), observer=obs_s)
+    )
+    base_eng = device.attach(
+        Engine(EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed), observer=obs_b)
+    )
+    mons = {
+        Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
+        Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),
+    }
+    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, WorkloadRequest]] = {}
+    records: list[RequestRecord] = []
+
+    def on_events(events: list[TokenEvent]) -> None:
+        for ev in events:
+            req = ev.request
+            entry = by_req.get(id(req))
+            if entry is None:
+                continue
+            rec, _, route, wr = entry
+            if req.finish_reason is None:
+                continue
+            del by_req[id(req)]
+            finish(rec, req, route, wr, ev.time)
+
+    def finish(rec: RequestRecord, req: EngineRequest, route: Route, wr: WorkloadRequest, now: float) -> None:
+        n = len(req.output)
+        rec.output_tokens = n
+        rec.finished_at = now
+        if req.first_token_at is not None:
+            rec.ttft_s = req.first_token_at - req.arrival
+            if n > 1 and req.finished_at is not None:
+                rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
+        mon = mons[route]
+        mon.inflight -= 1
+        mon.finished(rec.tpot_s)
+        summary = req.spec_summary() if route is Route.SPEC else None
+        reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
+        policy.observe(
+            Outcome(
+                model=MODEL,
+                route=route,
+                engine=mon.name,
+                kind=rec.predicted_kind,
+                temperature=rec.temperature,
+                ok=True,
+                prompt_tokens=req.num_prompt_tokens,
+                completion_tokens=n,
+                ttft_s=rec.ttft_s,
+                tpot_s=rec.tpot_s,
+                lookup_acceptance=realised_lookup_acceptance(wr.prompt_text, "".join(req.output), k=cfg.k),
+                reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
+                probe=rec.probe,
+            ),
+            now,
+        )
+
+    def route_one(t: float, wr: WorkloadRequest) -> None:
+        prompt = wr.prompt_text
+        overlap, kind = predict_overlap(prompt, wr.messages[-1]["content"])
+        feats = RequestFeatures(
+            model=MODEL,
+            stream=True,
+            temperature=wr.temperature,
+            max_tokens=wr.max_tokens,
+            prompt_chars=len(prompt),
+            overlap=overlap,
+            kind=kind,
+        )
+        view = ModelView(MODEL, (PairView(mons[Route.SPEC].view(), mons[Route.BASE].view(), "gpu0"),))
+        d = policy.decide(feats, view, t)
+        mon = mons[d.route]
+        rec = RequestRecord(t, wr.kind, wr.subkind, kind, wr.temperature, d.route.value, d.reason, d.probe)
+        records.append(rec)
+        eng = mon.engine
+        req = eng.make_request(prompt, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed)
+        by_req[id(req)] = (rec, req, d.route, wr)
+        mon.inflight += 1
+        on_events(device.submit(eng, req, t))
+
+    i = 0
+    next_scrape = 0.0
+    end = (work[-1][0] if work else 0.0) + cfg.drain_s
+    while True:
+        t_arr = work[i][0] if i < len(work) else math.inf
+        t_dev = device.next_event_time()
+        t_dev = math.inf if t_dev is None else t_dev
+        if t_arr == math.inf and t_dev == math.inf:
+            break
+        t = min(t_arr, t_dev, next_scrape)
+        if t > end:
+            break
+        on_events(device.run_until(t))
+        if t >= next_scrape:
+            for m in mons.values():
+                m.scrape(t)
+            next_scrape += 1.0
+        if t >= t_arr:
+            route_one(t, work[i][1])
+            i += 1
+    return SimResult(cfg, records, policy.snapshot(), device.t)

@@ -1,0 +1,425 @@
+"""Closed-loop concurrency sweep through specgate, against the real engine set (on the GPU
+machine) or against emulated engines configured like it (anywhere).
+
+For every speculative engine of the set (paired with the one plain engine) and every
+routing policy, start ``specgate serve`` with that pair and policy, then for each
+concurrency C keep C streaming chat requests from specgate's corpus in flight for
+``--warmup + --measure`` seconds. Per point: TTFT, TPOT (mean/p50/p99), output tokens/s,
+route shares (from the gateway's ``x-specgate-route`` header), and engine-side deltas of
+the spec-decode counters and vLLM's own per-token latency histogram. Each engine's
+``/metrics`` page is saved before and after every point, with the gateway's
+``/admin/state`` and ``/metrics``.
+
+Real engines (started by engines.py)::
+
+    python3 loadtests/gpu/sweep.py --target real --pairs ngram,eagle3-hi --out /tmp/sweep
+
+Emulated engines configured like the real ones (same spec configs, batch limit and KV
+blocks; time-scaled so that a small CPU keeps up)::
+
+    .venv/bin/python loadtests/gpu/sweep.py --target emulated --time-scale 6 --out out/gpu-emu
+
+Requests carry ``ignore_eos: true`` so every answer has exactly ``max_tokens`` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, HERE)
+
+from engines import ENGINES, MODEL, Engine, by_name  # noqa: E402
+
+from gateway.bench.procs import Proc, free_port  # noqa: E402
+from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
+from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
+from gateway.workload import TemperatureDist, sample, to_openai_body  # noqa: E402
+
+POLICIES = ("always-base", "always-spec", "adaptive")
+
+
+@dataclass
+class Target:
+    """Where the engines of the set answer (real: fixed ports; emulated: started here)."""
+
+    urls: dict[str, str]
+    time_scale: float
+    proc: Proc | None = None
+
+    async def stop(self) -> None:
+        if self.proc is not None:
+            await self.proc.stop()
+
+
+def emulator_yaml(
+    engines: list[Engine], ports: dict[str, int], blocks: dict[str, int], profile: str, time_scale: float
+) -> str:
+    """An ``specgate emulate --config`` file with the real set's flags (one device timeline)."""
+    out = []
+    for e in engines:
+        d: dict[str, Any] = {
+            "served_model_name": e.served,
+            "port": ports[e.name],
+            "device": "gpu0",
+            "profile": profile,
+            "max_num_seqs": 64,
+            "max_model_len": 2048,
+            "num_gpu_blocks": blocks.get(e.name, 2730),
+        }
+        sc = e.spec_config("/models")
+        if sc is not None:
+            d["speculative_config"] = sc
+        out.append(d)
+    # time_scale lives in the file: `specgate emulate --config` reads it from there.
+    return yaml.safe_dump({"time_scale": time_scale, "engines": out}, sort_keys=False)
+
+
+async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: str) -> Target:
+    if args.target == "real":
+        return Target({e.name: e.url for e in engines}, 1.0)
+    ports = {e.name: free_port() for e in engines}
+    blocks = json.loads(args.emu_blocks) if args.emu_blocks else {}
+    path = os.path.join(logdir, "emulator.yaml")
+    with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
+        fh.write(emulator_yaml(engines, ports, blocks, args.emu_profile, args.time_scale))
+    proc = Proc(
+        "emulator",
+        ["emulate", "--config", path],
+        os.path.join(logdir, "emulator.log"),
+    )
+    await proc.start()
+    for e in engines:
+        await proc.wait_ready(f"http://127.0.0.1:{ports[e.name]}/health")
+    return Target({e.name: f"http://127.0.0.1:{ports[e.name]}" for e in engines}, args.time_scale, proc)
+
+
+def gateway_config(
+    port: int, spec: Engine, base: Engine, urls: dict[str, str], policy: str
+) -> dict[str, Any]:
+    sc = spec.spec or {}
+    spec_cfg: dict[str, Any] = {
+        "name": spec.name,
+        "url": urls[spec.name],
+        "served_model_name": spec.served,
+        "method": spec.method,
+        "k": spec.k,
+    }
+    for key in ("prompt_lookup_min", "prompt_lookup_max"):
+        if key in sc:
+            spec_cfg[key] = sc[key]
+    return {
+        "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
+        "scrape": {"enabled": True, "interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
+        "models": [
+            {
+                "name": MODEL,
+                "pairs": [
+                    {
+                        "device": "gpu0",
+                        "spec": spec_cfg,
+                        "base": {"name": base.name, "url": urls[base.name], "served_model_name": base.served},
+                    }
+                ],
+                "timeouts": {"connect_s": 5.0, "first_byte_s": 600.0, "idle_s": 120.0, "total_s": 1200.0},
+                "routing": {"policy": policy},
+            }
+        ],
+    }
+
+
+async def fetch(session: aiohttp.ClientSession, url: str) -> str:
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return await r.text()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"# fetch failed: {type(exc).__name__}: {exc}\n"
+
+
+async def one_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    rec: RequestRecord,
+    t0: float,
+    scale: float,
+) -> None:
+    start = time.perf_counter()
+    rec.start = (start - t0) / scale
+    usage_tokens: int | None = None
+    try:
+        async with session.post(url, json=body) as resp:
+            rec.status = resp.status
+            rec.route = resp.headers.get("x-specgate-route", "")[:16]
+            rec.reason = resp.headers.get("x-specgate-reason", "")[:64]
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+            done = False
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                obj = json.loads(data)
+                if "error" in obj:
+                    raise RuntimeError(f"stream error: {str(obj['error'])[:200]}")
+                for choice in obj.get("choices") or ():
+                    if (choice.get("delta") or {}).get("content"):
+                        if rec.ttft is None:
+                            rec.ttft = (time.perf_counter() - start) / scale
+                        rec.chunks += 1
+                usage = obj.get("usage")
+                if usage and usage.get("completion_tokens") is not None:
+                    usage_tokens = int(usage["completion_tokens"])
+            if not done:
+                raise RuntimeError("stream ended without [DONE]")
+        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+        rec.ok = True
+    except asyncio.CancelledError:
+        rec.error = "cancelled at the end of the drain"
+        raise
+    except Exception as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        rec.e2e = (time.perf_counter() - start) / scale
+
+
+async def closed_loop(
+    gw: str, conc: int, args: argparse.Namespace, scale: float, seed: int
+) -> tuple[list[RequestRecord], float]:
+    """C workers, each sending its next request when the last one finished. Returns the
+    records of requests started inside the window and the output tokens delivered in it."""
+    temps = TemperatureDist.parse(args.temperature)
+    url = gw + "/v1/chat/completions"
+    w0, w1 = args.warmup, args.warmup + args.measure
+    records: list[RequestRecord] = []
+    conn = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=args.request_timeout * scale, sock_connect=10)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+        t0 = time.perf_counter()
+
+        async def worker(i: int) -> None:
+            rng = random.Random(seed * 7919 + i)
+            while (time.perf_counter() - t0) / scale < w1:
+                req = sample(rng, args.mix, temps, max_tokens_cap=args.max_tokens_cap)
+                rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
+                body = to_openai_body(req, MODEL, extra={"ignore_eos": True})
+                records.append(rec)
+                await one_request(session, url, body, rec, t0, scale)
+
+        tasks = [asyncio.create_task(worker(i)) for i in range(conc)]
+        _, pending = await asyncio.wait(tasks, timeout=(w1 + args.drain) * scale)
+        for t in pending:
+            t.cancel()
+        for t in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+    window = [r for r in records if w0 <= r.start < w1]
+    tokens = sum(_tokens_within(r, w0, w1) for r in records)
+    return window, tokens
+
+
+def _tokens_within(r: RequestRecord, w0: float, w1: float) -> float:
+    if not r.ok or r.output_tokens <= 0 or r.e2e is None:
+        return 0.0
+    a = r.start + (r.ttft if r.ttft is not None else r.e2e)
+    b = r.start + r.e2e
+    if b <= a:
+        return float(r.output_tokens) if w0 <= b <= w1 else 0.0
+    return r.output_tokens * max(0.0, min(b, w1) - max(a, w0)) / (b - a)
+
+
+def engine_delta(before: str, after: str, served: str) -> dict[str, float | None]:
+    """Spec-decode and latency deltas of one engine between two /metrics pages."""
+    try:
+        a, b = parse_metrics(before, served), parse_metrics(after, served)
+    except ValueError:
+        return {}
+
+    def d(x: float | None, y: float | None) -> float | None:
+        return None if x is None or y is None else y - x
+
+    out: dict[str, float | None] = {}
+    drafts, dtoks, acc = d(a.drafts, b.drafts), d(a.draft_tokens, b.draft_tokens), d(a.accepted, b.accepted)
+    gen = d(a.generation_tokens, b.generation_tokens)
+    out["gen_tokens"] = gen
+    out["drafts"] = drafts
+    out["acceptance_rate"] = acc / dtoks if acc is not None and dtoks else None
+    out["al_drafted"] = 1 + acc / drafts if acc is not None and drafts else None
+    tpot_n, tpot_s = d(a.tpot_count, b.tpot_count), d(a.tpot_sum, b.tpot_sum)
+    out["engine_tpot_ms"] = 1000 * tpot_s / tpot_n if tpot_s is not None and tpot_n else None
+    itl_n, itl_s = d(a.itl_count, b.itl_count), d(a.itl_sum, b.itl_sum)
+    out["engine_itl_ms"] = 1000 * itl_s / itl_n if itl_s is not None and itl_n else None
+    if _pp(a) and _pp(b) and drafts:
+        out["per_pos"] = None
+        out.update(
+            {f"pos{i}": (y - x) / drafts for i, (x, y) in enumerate(zip(_pp(a), _pp(b), strict=False))}
+        )
+    return out
+
+
+def _pp(s: MetricsSample) -> tuple[float, ...]:
+    return s.per_position or ()
+
+
+def _ms(v: Any) -> float | None:
+    return None if v is None else round(float(v) * 1000, 2)
+
+
+async def run_policy(
+    args: argparse.Namespace, target: Target, spec: Engine, base: Engine, policy: str, out: str, seed: int
+) -> list[dict[str, Any]]:
+    tag = f"{spec.name}-{policy}"
+    port = free_port()
+    cfg_path = os.path.join(out, "logs", f"gateway-{tag}.yaml")
+    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
+        yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy), fh)
+    gw = Proc(
+        "gateway",
+        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+        os.path.join(out, "logs", f"gateway-{tag}.log"),
+    )
+    gw_url = f"http://127.0.0.1:{port}"
+    rows: list[dict[str, Any]] = []
+    scale = target.time_scale
+    try:
+        await gw.start()
+        await gw.wait_ready(gw_url + "/ready", timeout_s=60)
+        await asyncio.sleep(2.5)  # two scrapes, so that the policy sees both engines
+        async with aiohttp.ClientSession() as s:
+            for conc in args.conc:
+                ptag = f"{tag}-c{conc}"
+                pages0 = {e.name: await fetch(s, target.urls[e.name] + "/metrics") for e in (spec, base)}
+                t_wall = time.monotonic()
+                recs, tokens = await closed_loop(gw_url, conc, args, scale, seed)
+                wall = time.monotonic() - t_wall
+                pages1 = {e.name: await fetch(s, target.urls[e.name] + "/metrics") for e in (spec, base)}
+                state = await fetch(s, gw_url + "/admin/state")
+                for e in (spec, base):
+                    for when, pages in (("before", pages0), ("after", pages1)):
+                        with open(os.path.join(out, "metrics", f"{ptag}-{e.name}-{when}.txt"), "w") as fh:  # noqa: ASYNC230
+                            fh.write(pages[e.name])
+                with open(os.path.join(out, "state", f"{ptag}.json"), "w") as fh:  # noqa: ASYNC230
+                    fh.write(state)
+                with open(os.path.join(out, "requests.csv"), "a", newline="") as fh:  # noqa: ASYNC230
+                    w = csv.DictWriter(fh, fieldnames=["point", *CSV_FIELDS])
+                    for r in recs:
+                        w.writerow({"point": ptag, **r.row()})
+                sm = summarize(recs, args.measure)
+                row: dict[str, Any] = {
+                    "target": args.target,
+                    "spec_engine": spec.name,
+                    "method": spec.method,
+                    "policy": policy,
+                    "concurrency": conc,
+                    "requests": sm["requests"],
+                    "failures": sm["failures"],
+                    "tpot_mean_ms": _ms(sm["tpot_mean_s"]),
+                    "tpot_p50_ms": _ms(sm["tpot_p50_s"]),
+                    "tpot_p99_ms": _ms(sm["tpot_p99_s"]),
+                    "ttft_mean_ms": _ms(sm["ttft_mean_s"]),
+                    "ttft_p99_ms": _ms(sm["ttft_p99_s"]),
+                    "tokens_per_s": round(tokens / args.measure, 1),
+                    "spec_share": (sm["route_share"] or {}).get("spec", 0.0) if sm["route_share"] else None,
+                    "errors": sorted({r.error[:80] for r in recs if r.error})[:3],
+                    "time_scale": scale,
+                    "wall_s": round(wall, 1),
+                }
+                row["spec"] = engine_delta(pages0[spec.name], pages1[spec.name], spec.served)
+                row["base"] = engine_delta(pages0[base.name], pages1[base.name], base.served)
+                rows.append(row)
+                with open(os.path.join(out, "rows.jsonl"), "a") as fh:  # noqa: ASYNC230
+                    fh.write(json.dumps(row) + "\n")
+                print(
+                    f"{spec.name:>10} {policy:>11} c={conc:<3} n={row['requests']:<4} fail={row['failures']} "
+                    f"TPOT mean/p99 {row['tpot_mean_ms']}/{row['tpot_p99_ms']} ms "
+                    f"TTFT {row['ttft_mean_ms']} ms "
+                    f"tok/s {row['tokens_per_s']} spec {row['spec_share']} "
+                    f"acc {row['spec'].get('acceptance_rate')} [{wall:.0f}s]",
+                    flush=True,
+                )
+            gm = await fetch(s, gw_url + "/metrics")
+            with open(os.path.join(out, "metrics", f"gateway-{tag}.txt"), "w") as fh:  # noqa: ASYNC230
+                fh.write(gm)
+    finally:
+        await gw.stop()
+    return rows
+
+
+async def sweep(args: argparse.Namespace) -> int:
+    out = args.out
+    for sub in ("logs", "metrics", "state"):
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
+    base = by_name("base")
+    pairs = [by_name(n) for n in args.pairs.split(",") if n]
+    policies = [p for p in args.policies.split(",") if p]
+    engines = [base, *pairs]
+    target = await start_target(args, engines, os.path.join(out, "logs"))
+    done_base = args.skip_base
+    try:
+        for spec in pairs:
+            for policy in policies:
+                if policy == "always-base":
+                    if done_base:
+                        continue
+                    done_base = True
+                await run_policy(args, target, spec, base, policy, out, args.seed)
+        async with aiohttp.ClientSession() as s:
+            for e in engines:
+                with open(os.path.join(out, "metrics", f"final-{e.name}.txt"), "w") as fh:  # noqa: ASYNC230
+                    fh.write(await fetch(s, target.urls[e.name] + "/metrics"))
+    finally:
+        await target.stop()
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", choices=("real", "emulated"), required=True)
+    p.add_argument("--pairs", default=",".join(e.name for e in ENGINES if e.spec is not None))
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--skip-base", action="store_true", help="always-base was measured in an earlier run")
+    p.add_argument("--conc", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",") if x])
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds before the measured window")
+    p.add_argument("--measure", type=float, default=8.0, help="measured seconds per point")
+    p.add_argument("--drain", type=float, default=20.0, help="seconds allowed to finish after the window")
+    p.add_argument("--request-timeout", type=float, default=120.0)
+    p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
+    p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
+    p.add_argument("--max-tokens-cap", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--time-scale", type=float, default=1.0, help="emulated: wall seconds per emulated second")
+    p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
+    p.add_argument(
+        "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
+    )
+    p.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.target == "real":
+        args.time_scale = 1.0
+    return asyncio.run(sweep(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,14 +23,24 @@ class LabelGuard:
     With ``allowed`` set, only those values pass (plus ``extra``, e.g. ``none``).
     """
 
-    __slots__ = ("_allowed", "_limit", "_seen")
+    __slots__ = ("_allowed", "_limit", "_memo", "_seen")
 
     def __init__(self, limit: int, allowed: tuple[str, ...] | None = None) -> None:
         self._limit = limit
         self._allowed = frozenset(allowed) if allowed is not None else None
         self._seen: set[str] = set()
+        self._memo: dict[object, str] = {}  # raw value -> label, for the values seen most
 
     def __call__(self, value: object) -> str:
+        hit = self._memo.get(value)
+        if hit is not None:
+            return hit
+        label = self._map(value)
+        if len(self._memo) < 4 * self._limit + 16:
+            self._memo[value] = label
+        return label
+
+    def _map(self, value: object) -> str:
         s = clean(value)
         if self._allowed is not None:
             return s if s in self._allowed or s == "none" else OTHER

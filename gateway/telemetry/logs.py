@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -15,19 +16,21 @@ ACCESS_LOGGER = "specgate.access"
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 Field = str | int | float | bool | None
+_NEEDS_QUOTES = re.compile(r'[^\x21-\x7e]|["=\\]')
 
 
 def _logfmt_value(v: Field) -> str:
     if v is None:
         return "-"
-    if isinstance(v, bool):
+    if v is True or v is False:
         return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:.6g}"
-    s = str(v)
-    if s == "" or any(c in s for c in ' "=\\') or not s.isprintable():
-        return json.dumps(s)
-    return s
+    if isinstance(v, int):
+        return str(v)
+    if v == "" or _NEEDS_QUOTES.search(v):
+        return json.dumps(v)
+    return v
 
 
 def format_line(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> str:

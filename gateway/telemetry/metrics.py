@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -49,6 +50,22 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
 SCRAPE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+class _Labelled:
+    """A labelled metric whose children are cached (``labels()`` validates and locks each call)."""
+
+    __slots__ = ("_children", "metric")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
+
+
 class GatewayMetrics:
     """All request-path and scrape metrics of one gateway process."""
 
@@ -74,89 +91,115 @@ class GatewayMetrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
 
-        self.requests = Counter(
-            "specgate_requests",
-            "Client requests by model, route, routing reason and HTTP status.",
-            ["model", "endpoint", "route", "reason", "status"],
-            registry=r,
+        self.requests = _Labelled(
+            Counter(
+                "specgate_requests",
+                "Client requests by model, route, routing reason and HTTP status.",
+                ["model", "endpoint", "route", "reason", "status"],
+                registry=r,
+            )
         )
-        self.ttft = Histogram(
-            "specgate_time_to_first_token_seconds",
-            "Time from request arrival to the first content token sent to the client.",
-            ["model", "route"],
-            buckets=TTFT_BUCKETS,
-            registry=r,
+        self.ttft = _Labelled(
+            Histogram(
+                "specgate_time_to_first_token_seconds",
+                "Time from request arrival to the first content token sent to the client.",
+                ["model", "route"],
+                buckets=TTFT_BUCKETS,
+                registry=r,
+            )
         )
-        self.tpot = Histogram(
-            "specgate_time_per_output_token_seconds",
-            "Per-request mean time per output token after the first (gateway's own stream timing).",
-            ["model", "route"],
-            buckets=TPOT_BUCKETS,
-            registry=r,
+        self.tpot = _Labelled(
+            Histogram(
+                "specgate_time_per_output_token_seconds",
+                "Per-request mean time per output token after the first (gateway's own stream timing).",
+                ["model", "route"],
+                buckets=TPOT_BUCKETS,
+                registry=r,
+            )
         )
-        self.e2e = Histogram(
-            "specgate_request_duration_seconds",
-            "End-to-end request duration as the gateway saw it.",
-            ["model", "route"],
-            buckets=E2E_BUCKETS,
-            registry=r,
+        self.e2e = _Labelled(
+            Histogram(
+                "specgate_request_duration_seconds",
+                "End-to-end request duration as the gateway saw it.",
+                ["model", "route"],
+                buckets=E2E_BUCKETS,
+                registry=r,
+            )
         )
-        self.output_tokens = Counter(
-            "specgate_output_tokens",
-            "Completion tokens served, by model and route.",
-            ["model", "route"],
-            registry=r,
+        self.output_tokens = _Labelled(
+            Counter(
+                "specgate_output_tokens",
+                "Completion tokens served, by model and route.",
+                ["model", "route"],
+                registry=r,
+            )
         )
-        self.prompt_tokens = Counter(
-            "specgate_prompt_tokens",
-            "Prompt tokens served, by model and route.",
-            ["model", "route"],
-            registry=r,
+        self.prompt_tokens = _Labelled(
+            Counter(
+                "specgate_prompt_tokens",
+                "Prompt tokens served, by model and route.",
+                ["model", "route"],
+                registry=r,
+            )
         )
-        self.decision = Histogram(
-            "specgate_decision_duration_seconds",
-            "Time the routing policy took to decide one request.",
-            ["model"],
-            buckets=DECISION_BUCKETS,
-            registry=r,
+        self.decision = _Labelled(
+            Histogram(
+                "specgate_decision_duration_seconds",
+                "Time the routing policy took to decide one request.",
+                ["model"],
+                buckets=DECISION_BUCKETS,
+                registry=r,
+            )
         )
-        self.inflight = Gauge(
-            "specgate_upstream_inflight_requests",
-            "Requests the gateway has in flight on each engine (exact, the gateway's own count).",
-            ["engine"],
-            registry=r,
+        self.inflight = _Labelled(
+            Gauge(
+                "specgate_upstream_inflight_requests",
+                "Requests the gateway has in flight on each engine (exact, the gateway's own count).",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.upstream_ttfb = Histogram(
-            "specgate_upstream_time_to_first_byte_seconds",
-            "Time from sending an upstream request to its first response byte.",
-            ["engine"],
-            buckets=TTFT_BUCKETS,
-            registry=r,
+        self.upstream_ttfb = _Labelled(
+            Histogram(
+                "specgate_upstream_time_to_first_byte_seconds",
+                "Time from sending an upstream request to its first response byte.",
+                ["engine"],
+                buckets=TTFT_BUCKETS,
+                registry=r,
+            )
         )
-        self.upstream_failures = Counter(
-            "specgate_upstream_failures",
-            "Failed upstream attempts by engine and error kind.",
-            ["engine", "error"],
-            registry=r,
+        self.upstream_failures = _Labelled(
+            Counter(
+                "specgate_upstream_failures",
+                "Failed upstream attempts by engine and error kind.",
+                ["engine", "error"],
+                registry=r,
+            )
         )
-        self.upstream_retries = Counter(
-            "specgate_upstream_retries",
-            "Failed upstream attempts that were retried (on the same or the sibling engine).",
-            ["engine", "error"],
-            registry=r,
+        self.upstream_retries = _Labelled(
+            Counter(
+                "specgate_upstream_retries",
+                "Failed upstream attempts that were retried (on the same or the sibling engine).",
+                ["engine", "error"],
+                registry=r,
+            )
         )
-        self.scrapes = Counter(
-            "specgate_engine_scrapes",
-            "Scrapes of each engine's /metrics by result (ok or an error kind).",
-            ["engine", "result"],
-            registry=r,
+        self.scrapes = _Labelled(
+            Counter(
+                "specgate_engine_scrapes",
+                "Scrapes of each engine's /metrics by result (ok or an error kind).",
+                ["engine", "result"],
+                registry=r,
+            )
         )
-        self.scrape_duration = Histogram(
-            "specgate_engine_scrape_duration_seconds",
-            "Duration of successful scrapes of each engine's /metrics.",
-            ["engine"],
-            buckets=SCRAPE_BUCKETS,
-            registry=r,
+        self.scrape_duration = _Labelled(
+            Histogram(
+                "specgate_engine_scrape_duration_seconds",
+                "Duration of successful scrapes of each engine's /metrics.",
+                ["engine"],
+                buckets=SCRAPE_BUCKETS,
+                registry=r,
+            )
         )
         self._last_scrape_ok: dict[str, float] = {}
         self._first_scrape: dict[str, float] = {}

@@ -101,6 +101,12 @@ class Device:
             self.engines.append(engine)
         return engine
 
+    def detach(self, engine: Engine) -> None:
+        """Remove an engine (a dead process): its in-flight step is dropped."""
+        if engine in self.engines:
+            self.engines.remove(engine)
+        self._active.pop(engine, None)
+
     def _rate(self) -> float:
         n = len(self._active)
         return 1.0 if n <= 1 else self.efficiency / n

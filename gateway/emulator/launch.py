@@ -46,6 +46,35 @@ class RunningEngine:
     runner: web.AppRunner
     port: int
 
+    async def restart(self, *, fresh_state: bool = True) -> None:
+        """Bring the engine back on the same port, as a supervisor restarts a dead process.
+
+        Kills it first if it is alive. With ``fresh_state`` the new engine starts empty,
+        with fresh counters (the counter reset a scraper sees after a real restart) and
+        no faults; without, the old state and counters carry on.
+        """
+        old = self.handle
+        await old.crash()
+        await self.runner.cleanup()
+        if fresh_state:
+            old.driver.device.detach(old.engine)
+            ln = self.launch
+            new = make_engine(
+                ln.config,
+                old.driver,
+                log_stats=ln.log_stats,
+                per_request_metrics=ln.per_request_metrics,
+                faults=Faults(),
+            )
+        else:
+            new = old
+            new.set_faults(Faults().model_dump())
+            new.requests_seen = 0
+            new.dead = False
+        runner, _site = await serve_app(build_engine_app(new), self.launch.host, self.port)
+        new.on_crash = _closer(runner)
+        self.handle, self.runner = new, runner
+
     @property
     def url(self) -> str:
         host = self.launch.host
@@ -158,9 +187,15 @@ async def start_group(
 
 def _closer(runner: web.AppRunner) -> Any:
     async def close() -> None:
-        # Stop listening (new connections are refused), like a dead process.
+        # Like a dead process: stop listening (new connections are refused) and drop
+        # every open connection, idle keep-alive ones included.
         for site in list(runner.sites):
             await site.stop()
+        server = runner.server
+        for conn in list(server.connections) if server is not None else []:
+            tr = conn.transport
+            if tr is not None:
+                tr.abort()
 
     return close
 

@@ -258,3 +258,28 @@ def test_cli_rejects_unknown_speculative_keys(capsys: pytest.CaptureFixture[str]
     )
     assert rc == 2
     assert "bogus" in capsys.readouterr().err
+
+
+async def test_crash_drops_keepalive_connections_and_restart_resets_counters(pair: EmulatorGroup) -> None:
+    base = pair.engines[1]
+    async with aiohttp.ClientSession() as s:
+        async with s.post(base.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4}) as r:
+            assert r.status == 200
+        async with s.get(base.url + "/health") as r:  # a pooled keep-alive connection now exists
+            assert r.status == 200
+        await base.handle.crash()
+        with pytest.raises(aiohttp.ClientConnectionError):
+            async with s.get(base.url + "/health") as r:
+                pass
+        port = base.port
+        await base.restart()
+        assert base.port == port and not base.handle.dead
+        async with s.get(base.url + "/metrics") as r:
+            page = await r.text()
+        fams = {f.name: f for f in text_string_to_metric_families(page)}
+        gen = [x.value for x in fams["vllm:generation_tokens"].samples if x.name.endswith("_total")]
+        assert gen == [0.0], "a restarted engine starts its counters from zero"
+        async with s.post(base.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4}) as r:
+            assert r.status == 200
+    # the restarted engine still shares the device with its sibling
+    assert base.handle.driver.device.engines == [pair.engines[0].handle.engine, base.handle.engine]

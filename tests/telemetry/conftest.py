@@ -7,17 +7,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from gateway.telemetry.tracing import tracing_with_exporter
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
+from tests.telemetry.fakes import FakeClock
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import yaml
@@ -54,15 +55,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="adaptive,always-spec,always-base",
         help="comma-separated routing policies (default %(default)s; also: temperature)",
     )
-    p.add_argument("--qps", default="1,4,12,32", help="offered QPS points, emulated (default %(default)s)")
-    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per point (emulated)")
-    p.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before each window")
+    p.add_argument("--qps", default="1,6,20,48", help="offered QPS points, emulated (default %(default)s)")
+    p.add_argument("--duration", type=float, default=10.0, help="measured seconds per point (emulated)")
+    p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window")
     p.add_argument("--drain", type=float, default=60.0, help="max seconds to wait for the window's requests")
     p.add_argument("--time-scale", default="auto", help="wall seconds per emulated second, or 'auto'")
     p.add_argument(
         "--cpu-tokens-per-s",
         type=float,
-        default=1200.0,
+        default=1500.0,
         help="'auto' time scale: streamed tokens/s (wall) this machine relays comfortably "
         "(default %(default)s)",
     )
@@ -207,8 +208,9 @@ def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: P
         "e2e_p50_ms": ms("e2e_p50_s"),
         "throughput_tps": round(res.tokens_in_window / dur, 1),
         "goodput_rps": round(s["goodput_rps"], 3),
-        "spec_share": s["route_share"].get("spec") if s["route_share"] else None,
+        "spec_share": s["route_share"].get("spec", 0.0) if s["route_share"] else None,
         "spec_share_by_kind": {k: round(v["spec"] / v["n"], 3) for k, v in sorted(by_kind.items())},
+        "reasons": dict(Counter(r.reason for r in res.records if r.ok and r.reason).most_common()),
         "lateness_p99_ms": ms("lateness_p99_s"),
     }
 

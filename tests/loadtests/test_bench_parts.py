@@ -1,0 +1,122 @@
+"""The benchmark's parts without subprocesses: load generator, report, README update."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.bench import cli_bench
+from gateway.bench.loadgen import run_point
+from gateway.bench.report import markdown_table, write_all
+
+SEEN = web.AppKey("seen", list[dict[str, object]])
+
+
+def _fake_engine(tokens: int = 5, fail_every: int = 0, hang: asyncio.Event | None = None) -> web.Application:
+    seen: list[dict[str, object]] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen.append(body)
+        if fail_every and len(seen) % fail_every == 0:
+            return web.json_response({"error": {"message": "boom", "type": "x", "code": 500}}, status=500)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream", "x-specgate-route": "spec"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n')
+        if hang is not None:
+            await hang.wait()
+        for _ in range(tokens):
+            await resp.write(b'data: {"choices":[{"delta":{"content":" w"}}]}\n\n')
+        usage = {"choices": [], "usage": {"completion_tokens": tokens}}
+        await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app[SEEN] = seen
+    return app
+
+
+async def test_run_point_records_streams() -> None:
+    app = _fake_engine(tokens=5, fail_every=4)
+    async with TestServer(app) as server:
+        res = await run_point(
+            str(server.make_url("")), "m", 200.0, duration_s=0.2, warmup_s=0.05, seed=3, max_tokens_cap=32
+        )
+    seen = app[SEEN]
+    assert seen and all(b["stream"] is True and b["model"] == "m" for b in seen)
+    assert res.records and res.unfinished == 0
+    ok = [r for r in res.records if r.ok]
+    bad = [r for r in res.records if not r.ok]
+    assert ok and bad and all("HTTP 500" in r.error for r in bad)
+    assert all(r.output_tokens == 5 and r.chunks == 5 and r.route == "spec" for r in ok)
+    assert all(r.ttft is not None and r.e2e is not None and r.ttft <= r.e2e for r in ok)
+    assert res.tokens_in_window > 0
+
+
+async def test_run_point_counts_unfinished_after_drain() -> None:
+    hang = asyncio.Event()
+    async with TestServer(_fake_engine(hang=hang)) as server:
+        res = await run_point(str(server.make_url("")), "m", 100.0, duration_s=0.1, drain_s=0.2, seed=1)
+        hang.set()
+    assert res.unfinished > 0 and res.records == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--policies", "bogus"], ["--qps", "0"], ["--qps", "x"], ["--time-scale", "-1"], ["--mix", "nope=1"]],
+)
+def test_bad_arguments_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    p = argparse.ArgumentParser()
+    cli_bench.configure(p)
+    assert cli_bench.main(p.parse_args(argv)) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_auto_time_scale() -> None:
+    assert cli_bench._auto_scale(1, 200, 1500) == 1.0
+    assert cli_bench._auto_scale(48, 250, 1500) == 8.0
+
+
+def _rows() -> list[dict[str, object]]:
+    return [
+        {
+            "policy": p,
+            "qps": q,
+            "tpot_mean_ms": 5.0 + q,
+            "tpot_p99_ms": 9.0 + q,
+            "throughput_tps": 100.0 * q,
+            "spec_share": 0.5,
+            "requests": 10,
+            "failures": 0,
+            "unfinished": 0,
+        }
+        for p in ("adaptive", "always-base")
+        for q in (1.0, 4.0)
+    ]
+
+
+def test_report_files(tmp_path: Path) -> None:
+    paths = write_all(str(tmp_path), {"title": "t"}, _rows())
+    assert Path(paths["png"]).stat().st_size > 1000
+    assert json.loads(Path(paths["json"]).read_text())["results"][0]["policy"] == "adaptive"
+    assert len(Path(paths["csv"]).read_text().splitlines()) == 5
+    md = markdown_table(_rows())
+    assert md.count("\n") == 5 and "| adaptive | 1 |" in md and "50%" in md and "–" in md
+
+
+def test_update_readme(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{cli_bench.README_BEGIN}\nold\n{cli_bench.README_END}\ntail\n")
+    assert cli_bench.update_readme(str(readme), "new table")
+    assert readme.read_text() == f"# x\n{cli_bench.README_BEGIN}\nnew table\n{cli_bench.README_END}\ntail\n"
+    other = tmp_path / "OTHER.md"
+    other.write_text("no markers\n")
+    assert not cli_bench.update_readme(str(other), "x") and other.read_text() == "no markers\n"

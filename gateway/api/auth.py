@@ -66,3 +66,41 @@ def check_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> None:
             "admin endpoints are served to loopback clients only when no admin key is configured",
             code="forbidden",
         )
+
+
+def check_model_access(
+    request: web.Request, server_keys: Sequence[SecretStr], model_keys: Sequence[SecretStr]
+) -> None:
+    """Server keys may use every model; a model's own keys only that model.
+
+    A model without keys of its own is open when there are no server keys, and needs a
+    server key otherwise. Without server keys a missing/invalid key is a 401; a valid key
+    of another model gets the same 404 as an unknown model (names are not disclosed).
+    """
+    if not server_keys and not model_keys:
+        return
+    token = bearer_token(request)
+    if key_matches(token, server_keys) or key_matches(token, model_keys):
+        return
+    if not server_keys:
+        raise ApiError(
+            401,
+            "missing API key: send 'Authorization: Bearer <key>'" if token is None else "invalid API key",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": 'Bearer realm="specgate"'},
+        )
+    raise ApiError(
+        404,
+        "The model does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def may_see_model(
+    request: web.Request, server_keys: Sequence[SecretStr], model_keys: Sequence[SecretStr]
+) -> bool:
+    if not server_keys and not model_keys:
+        return True
+    token = bearer_token(request)
+    return key_matches(token, server_keys) or key_matches(token, model_keys)

@@ -9,11 +9,12 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.api.auth import check_client
+from gateway.api.auth import check_client, check_model_access
 from gateway.api.errors import ApiError, error_response
 from gateway.api.features import CHAT, COMPLETIONS, model_name, parse_json, parse_request
 from gateway.api.headers import REASON, REQUEST_ID, ROUTE, request_id
 from gateway.api.state import STATE, GatewayState
+from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.forward import ProxyCall
 from gateway.proxy.learning import learn_with_lookup, observe, wants_lookup
 from gateway.routing.rules import NoEngineAvailable
@@ -71,19 +72,30 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         _telemetry(st, model, endpoint, rid, request).finished(429, error="concurrency_limit")
         return error_response(err, headers)
     st.inflight += 1
+    counted: ModelRuntime | None = None
     try:
-        check_client(request, st.config.server.api_keys)
+        if st.config.server.api_keys:
+            check_client(request, st.client_keys)  # before reading the body
         raw = await _read_body(request, st.config.server.max_body_bytes)
         body = parse_json(raw)
         name = model_name(body)
         mrt = st.models.get(name)
         if mrt is None:
+            known = "" if st.tenant_keys else f" Known models: {', '.join(st.models)}"
             raise ApiError(
-                404,
-                f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
-                param="model",
-                code="model_not_found",
+                404, f"The model '{name[:200]}' does not exist.{known}", param="model", code="model_not_found"
             )
+        check_model_access(request, st.config.server.api_keys, mrt.config.api_keys)
+        limit = mrt.config.max_concurrency
+        if limit is not None and mrt.inflight >= limit:
+            raise ApiError(
+                429,
+                f"model '{name}' is at its concurrency limit; retry shortly",
+                code="too_many_requests",
+                headers={"Retry-After": "1"},
+            )
+        mrt.inflight += 1
+        counted = mrt
         model = name
         parsed = parse_request(
             body,
@@ -137,6 +149,8 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         status, error = 499, "client_disconnected"
         raise
     finally:
+        if counted is not None:
+            counted.inflight -= 1
         st.request_done()
         if tel is None:
             tel = _telemetry(st, model, endpoint, rid, request)

@@ -9,7 +9,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from gateway.api.auth import bearer_token, check_client, key_matches
+from gateway.api.auth import bearer_token, check_client, key_matches, may_see_model
 from gateway.api.errors import ApiError
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import EngineRuntime
@@ -23,9 +23,15 @@ def _json(data: object, status: int = 200) -> web.Response:
 
 async def list_models(request: web.Request) -> web.Response:
     st = request.app[STATE]
-    check_client(request, st.config.server.api_keys)
+    server_keys = st.config.server.api_keys
+    if server_keys:
+        check_client(request, st.client_keys)
     created = int(st.started_at)
-    data = [{"id": name, "object": "model", "created": created, "owned_by": "specgate"} for name in st.models]
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "specgate"}
+        for name, m in st.models.items()
+        if may_see_model(request, server_keys, m.config.api_keys)
+    ]
     return _json({"object": "list", "data": data})
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from pydantic import SecretStr
 
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
@@ -48,6 +49,19 @@ class GatewayState:
         self.inflight -= 1
         if self.inflight <= 0 and self._idle is not None:
             self._idle.set()
+
+    @property
+    def tenant_keys(self) -> bool:
+        """Some model has keys of its own (model names are then not disclosed in errors)."""
+        return any(m.config.api_keys for m in self.models.values())
+
+    @property
+    def client_keys(self) -> list[SecretStr]:
+        """Every client key: the server's (all models) and each model's own."""
+        keys = list(self.config.server.api_keys)
+        for m in self.models.values():
+            keys.extend(m.config.api_keys)
+        return keys
 
     def lookup_budget(self, model: str) -> SampleBudget:
         b = self.budgets.get(model)

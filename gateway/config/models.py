@@ -39,6 +39,20 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
+def _split_keys(v: Any) -> Any:
+    if isinstance(v, str):
+        return [k.strip() for k in v.split(",") if k.strip()]
+    return v
+
+
+def _check_keys(v: list[SecretStr]) -> list[SecretStr]:
+    for key in v:
+        raw = key.get_secret_value()
+        if len(raw) < 8 or any(c.isspace() for c in raw):
+            raise ValueError("every key must be at least 8 characters without whitespace")
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -72,18 +86,12 @@ class ServerConfig(_Strict):
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _split_keys(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return [k.strip() for k in v.split(",") if k.strip()]
-        return v
+        return _split_keys(v)
 
     @field_validator("api_keys", "admin_keys")
     @classmethod
-    def _non_empty_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
-        for key in v:
-            raw = key.get_secret_value()
-            if len(raw) < 8 or any(c.isspace() for c in raw):
-                raise ValueError("every key must be at least 8 characters without whitespace")
-        return v
+    def _valid_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
+        return _check_keys(v)
 
 
 class ScrapeConfig(_Strict):
@@ -186,11 +194,29 @@ class ModelConfig(_Strict):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    max_concurrency: int | None = Field(
+        None, ge=1, description="requests in flight for this model before 429 (none: only the server limit)"
+    )
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="keys that may use only this model (server.api_keys may use every model); "
+        "when set, requests for this model need one of them or a server key",
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name(v, "model name")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: Any) -> Any:
+        return _split_keys(v)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _valid_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
+        return _check_keys(v)
 
 
 class GatewayConfig(_Strict):

@@ -143,6 +143,7 @@ class ModelRuntime:
     stale_after_s: float = 5.0
     pinned: RouteOverride = RouteOverride.AUTO
     engines: dict[str, EngineRuntime] = field(default_factory=dict)
+    inflight: int = 0  # client requests in flight for this model (the gateway's own count)
 
     def __post_init__(self) -> None:
         for p in self.pairs:
@@ -196,6 +197,7 @@ class ModelRuntime:
             "model": self.config.name,
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
             "pinned": self.pinned.value,
+            "inflight": self.inflight,
             "pairs": [
                 {"device": p.device, "spec": p.spec.state(now), "base": p.base.state(now)} for p in self.pairs
             ],

@@ -234,3 +234,88 @@ async def test_no_usable_engine_is_503_quickly() -> None:
     assert status == 503
     assert headers["Retry-After"] == "1"
     assert _assert_openai_error(out)["code"] == "no_engine_available"
+
+
+def _other_model(h_url_spec: str, h_url_base: str, name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "pairs": [
+            {
+                "spec": {
+                    "name": f"{name}-s",
+                    "url": h_url_spec,
+                    "served_model_name": "m1-spec",
+                    "method": "ngram",
+                    "k": 5,
+                },
+                "base": {"name": f"{name}-b", "url": h_url_base, "served_model_name": "m1-base"},
+            }
+        ],
+        **extra,
+    }
+
+
+async def test_per_model_keys_and_server_keys() -> None:
+    # m1 has its own key; m2 is open to any server key; the server key may use both.
+    dead = "http://127.0.0.1:9"
+    other = _other_model(dead, dead, "m2")
+    async with harness(
+        server={"api_keys": ["server-key-01"]}, model={"api_keys": ["tenant-key-1"]}, extra_models=[other]
+    ) as h:
+        url = h.url("/v1/chat/completions")
+        body = {"model": "m1", "messages": MSGS}
+        for key, status in (("tenant-key-1", 200), ("server-key-01", 200), ("nobody-key-0", 401)):
+            got, _, _ = await _post(url, json=body, headers={"Authorization": f"Bearer {key}"})
+            assert got == status, key
+        # the tenant key cannot use m2, and is told it does not exist (no disclosure)
+        got, _, out = await _post(
+            url, json={"model": "m2", "messages": MSGS}, headers={"Authorization": "Bearer tenant-key-1"}
+        )
+        assert got == 404 and _assert_openai_error(out)["code"] == "model_not_found"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(h.url("/v1/models"), headers={"Authorization": "Bearer server-key-01"}) as r:
+                assert [m["id"] for m in (await r.json())["data"]] == ["m1", "m2"]
+            async with s.get(h.url("/v1/models"), headers={"Authorization": "Bearer tenant-key-1"}) as r:
+                assert [m["id"] for m in (await r.json())["data"]] == ["m1"]
+        # unknown model names do not list the other tenants' models
+        got, _, out = await _post(
+            url, json={"model": "zz", "messages": MSGS}, headers={"Authorization": "Bearer tenant-key-1"}
+        )
+        assert got == 404 and "m2" not in _assert_openai_error(out)["message"]
+
+
+async def test_model_keys_without_server_keys_leave_other_models_open() -> None:
+    dead = "http://127.0.0.1:9"
+    async with harness(
+        model={"api_keys": ["tenant-key-1"]}, extra_models=[_other_model(dead, dead, "m2")]
+    ) as h:
+        url = h.url("/v1/chat/completions")
+        got, _, _ = await _post(url, json={"model": "m1", "messages": MSGS})
+        assert got == 401
+        got, _, _ = await _post(
+            url, json={"model": "m1", "messages": MSGS}, headers={"Authorization": "Bearer tenant-key-1"}
+        )
+        assert got == 200
+        got, _, out = await _post(url, json={"model": "m2", "messages": MSGS})
+        assert got != 401, out  # m2 needs no key (its engines are down: 502/503)
+
+
+async def test_per_model_concurrency_limit() -> None:
+    gate = asyncio.Event()
+    base = FakeEngine("m1-base", gate=gate)
+    async with harness(base=base, model={"max_concurrency": 1}) as h, aiohttp.ClientSession() as s:
+        held = await s.post(
+            h.url("/v1/chat/completions"), json={"model": "m1", "messages": MSGS, "stream": True}
+        )
+        await asyncio.wait_for(base.first_sent.wait(), 5)
+        async with s.post(h.url("/v1/chat/completions"), json={"model": "m1", "messages": MSGS}) as r:
+            assert r.status == 429 and r.headers["Retry-After"] == "1"
+            assert "m1" in _assert_openai_error(await r.json())["message"]
+        gate.set()
+        await held.read()
+        held.release()
+        from gateway.api.state import STATE
+
+        assert h.app[STATE].models["m1"].inflight == 0
+        async with s.post(h.url("/v1/chat/completions"), json={"model": "m1", "messages": MSGS}) as r:
+            assert r.status == 200

@@ -40,7 +40,9 @@ def gateway_config(spec_url: str, base_url: str, **over: Any) -> GatewayConfig:
     for key in ("timeouts", "retry", "routing"):
         if key in over:
             model[key] = {**model.get(key, {}), **over.pop(key)}
-    data = {"server": server, "scrape": {"enabled": False}, "models": [model], **over}
+    model.update(over.pop("model", {}))
+    extra_models = over.pop("extra_models", [])
+    data = {"server": server, "scrape": {"enabled": False}, "models": [model, *extra_models], **over}
     return GatewayConfig.model_validate(data)
 
 

@@ -44,6 +44,7 @@ class FakeEngine:
     aborted: asyncio.Event = field(default_factory=asyncio.Event)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     health_status: int = 200
+    response_headers: dict[str, str] = field(default_factory=dict)  # added to non-stream answers
     spaced_json: bool = False  # json.dumps default separators ('"model": "x"')
 
     def app(self) -> web.Application:
@@ -122,7 +123,7 @@ class FakeEngine:
                 if self.spec_metrics:
                     reply["metrics"] = {"speculative_decoding": self.spec_metrics}
                 self.finished.set()
-                return web.json_response(reply)
+                return web.json_response(reply, headers=self.response_headers)
             resp = web.StreamResponse()
             resp.content_type = "text/event-stream"
             await resp.prepare(request)

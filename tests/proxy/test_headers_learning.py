@@ -257,3 +257,26 @@ async def test_outcome_observed_without_lookup_when_budget_is_spent() -> None:
         await asyncio.wait_for(policy.seen.wait(), 5)
     (o,) = policy.outcomes
     assert o.lookup_acceptance is None and o.ok and o.completion_tokens == 4
+
+
+async def test_engine_hop_by_hop_response_headers_are_not_relayed() -> None:
+    base = FakeEngine(
+        "m1-base",
+        response_headers={
+            "X-Engine-Info": "vllm",
+            "Keep-Alive": "timeout=99",
+            "Proxy-Authenticate": "Basic",
+            "Set-Cookie": "session=abc",
+            "Trailer": "X-Checksum",
+        },
+    )
+    async with (
+        harness(base=base) as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json=REQ) as r,
+    ):
+        assert r.status == 200
+        assert r.headers["X-Engine-Info"] == "vllm"
+        for gone in ("Keep-Alive", "Proxy-Authenticate", "Set-Cookie", "Trailer"):
+            assert gone not in r.headers, gone
+        assert r.headers["x-specgate-engine"] == "base0"

@@ -57,6 +57,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--qps", default="1,6,20,48", help="offered QPS points, emulated (default %(default)s)")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per point (emulated)")
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=30,
+        help="stretch a point's window to expect at least this many requests (default %(default)s)",
+    )
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window")
     p.add_argument("--drain", type=float, default=60.0, help="max seconds to wait for the window's requests")
     p.add_argument("--time-scale", default="auto", help="wall seconds per emulated second, or 'auto'")
@@ -83,6 +89,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttft-slo-ms", type=float, default=3000.0, help="goodput: TTFT at or below this")
     p.add_argument("--out", default="out/bench", help="output directory (default %(default)s)")
     p.add_argument("--update-readme", metavar="README", help="replace the bench section of this README")
+
+
+def window_s(args: argparse.Namespace, qps: float) -> float:
+    """Measured window of a point: --duration, stretched to expect --min-requests arrivals."""
+    return float(max(args.duration, args.min_requests / qps))
 
 
 def _auto_scale(qps: float, mean_tokens: float, budget: float) -> float:
@@ -164,7 +175,7 @@ async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float
             f"http://127.0.0.1:{gw_port}",
             "qwen3-8b",
             qps,
-            duration_s=args.duration,
+            duration_s=window_s(args, qps),
             warmup_s=args.warmup,
             mix=args.mix,
             temperature=args.temperature,
@@ -196,6 +207,7 @@ def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: P
         "policy": policy,
         "qps": qps,
         "time_scale": scale,
+        "window_s": round(dur, 2),
         "achieved_qps": round(s["achieved_qps"], 3),
         "requests": s["requests"],
         "failures": s["failures"],
@@ -235,7 +247,8 @@ def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) 
             "",
             f"`{meta['command']}` — {meta['date']}, {meta['mix_desc']}, "
             f"temperatures `{meta['temperature']}`, "
-            f"{meta['duration_s']:g} s measured per point after {meta['warmup_s']:g} s warm-up; "
+            f"≥ {meta['duration_s']:g} s measured per point (≥ {meta['min_requests']} expected requests) "
+            f"after {meta['warmup_s']:g} s warm-up; "
             "times are emulated (the emulator ran `time_scale` times slower than the wall clock).",
             "",
             markdown_table(rows),
@@ -314,6 +327,7 @@ def main(args: argparse.Namespace) -> int:
         "temperature": args.temperature,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
+        "min_requests": args.min_requests,
         "seed": args.seed,
         "max_tokens_cap": args.max_tokens_cap,
         "tpot_slo_ms": args.tpot_slo_ms,

@@ -34,6 +34,7 @@ DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "specgate.json"
 MAKE_DASHBOARD = REPO / "deploy" / "grafana" / "make_dashboard.py"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 PROM_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
+ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 DEADLINE_S = 45.0
 # Long enough to cover the whole test run, so every rate() sees the load.
 TEST_RATE_INTERVAL = "1m"
@@ -133,6 +134,11 @@ async def test_shipped_config_rules_and_dashboard_are_valid() -> None:
     assert rc == 0, out
     rc, out = await _run(promtool, "check", "rules", str(ALERTS))
     assert rc == 0, out
+    # Each alert fires on its condition after its `for`, and stays quiet otherwise.
+    rc, out = await _run(promtool, "test", "rules", str(ALERT_TESTS))
+    assert rc == 0, out
+    tested = set(re.findall(r"alertname: (\w+)", ALERT_TESTS.read_text()))
+    assert tested == {r["alert"] for r in alert_rules()}
     rc, out = await _run(sys.executable, str(MAKE_DASHBOARD), "--check")
     assert rc == 0, f"dashboard JSON out of date with make_dashboard.py: {out}"
     queries = dashboard_queries()

@@ -103,6 +103,8 @@ class EngineRuntime:
             tpot_s=fresh.tpot_s if fresh else None,
             method=self.config.method,
             k=self.config.k,
+            step_s=fresh.step_s if fresh else None,
+            tokens_per_step=fresh.tokens_per_step if fresh else None,
         )
 
     def state(self, now: float) -> dict[str, object]:

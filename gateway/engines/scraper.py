@@ -63,6 +63,8 @@ class ScrapeState:
             "mean_acceptance_length": s.mean_acceptance_length if s else None,
             "per_position": list(s.per_position) if s and s.per_position else None,
             "tpot_s": s.tpot_s if s else None,
+            "step_s": s.step_s if s else None,
+            "tokens_per_step": s.tokens_per_step if s else None,
             "window_s": s.window_s if s else None,
             "resets": s.resets if s else 0,
         }

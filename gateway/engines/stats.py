@@ -19,6 +19,8 @@ class EngineStats:
     mean_acceptance_length: float | None = None
     per_position: tuple[float, ...] | None = None
     tpot_s: float | None = None
+    step_s: float | None = None  # windowed mean inter-token latency (one step as requests see it)
+    tokens_per_step: float | None = None  # spec engines: Δgeneration / (Δgeneration − Δaccepted)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -32,4 +34,6 @@ class EngineStats:
             "mean_acceptance_length": self.mean_acceptance_length,
             "per_position": list(self.per_position) if self.per_position is not None else None,
             "tpot_s": self.tpot_s,
+            "step_s": self.step_s,
+            "tokens_per_step": self.tokens_per_step,
         }

@@ -11,6 +11,8 @@ POS = (
     '{{engine="0",model_name="qwen3-8b-spec",position="{}"}}'
 )
 TPOT = 'vllm:request_time_per_output_token_seconds_{}{{engine="0",model_name="qwen3-8b-spec"}}'
+ITL = 'vllm:inter_token_latency_seconds_{}{{engine="0",model_name="qwen3-8b-spec"}}'
+GEN = 'vllm:generation_tokens_total{engine="0",model_name="qwen3-8b-spec"}'
 
 
 def test_real_spec_page(spec_page: str) -> None:
@@ -65,6 +67,9 @@ def _later(page: str) -> str:
     ):
         page = bump(page, POS.format(i), old, old + add)
     page = bump(page, TPOT.format("count"), 404.0, 414.0)
+    page = bump(page, ITL.format("count"), 15472.0, 16472.0)
+    page = bump(page, ITL.format("sum"), 1298.7125550100013, 1298.7125550100013 + 8.0)
+    page = bump(page, GEN, 51712.0, 51712.0 + 3000.0)
     return bump(page, TPOT.format("sum"), 10.226083110314967, 10.226083110314967 + 0.25)
 
 
@@ -77,6 +82,8 @@ def test_window_deltas(spec_page: str) -> None:
     assert st.mean_acceptance_length == pytest.approx(1 + 2000 / 1000)
     assert st.per_position == pytest.approx((0.9, 0.6, 0.3, 0.2))
     assert st.tpot_s == pytest.approx(0.025)
+    assert st.step_s == pytest.approx(0.008)  # Δsum / Δcount of inter-token latency
+    assert st.tokens_per_step == pytest.approx(3000 / (3000 - 2000))  # Δgen / (Δgen − Δaccepted)
     assert st.drafts == 1000.0
 
 

@@ -1,0 +1,107 @@
+"""Sweep results → CSV, JSON, a markdown table and a PNG plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+COLUMNS = (
+    "policy",
+    "qps",
+    "requests",
+    "finished",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "output_tok_s",
+    "spec_share",
+    "probe_share",
+)
+Row = dict[str, float | int | str]
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def write_json(rows: Sequence[Row], meta: dict[str, object], path: Path) -> None:
+    path.write_text(json.dumps({"meta": meta, "results": list(rows)}, indent=1, default=str))
+
+
+def _f(v: object, nd: int = 2) -> str:
+    if isinstance(v, float):
+        return "–" if math.isnan(v) else f"{v:.{nd}f}"
+    return str(v)
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    """One line per QPS: each policy's mean/p99 TPOT, and adaptive's ratio to the best static."""
+    by: dict[float, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(float(r["qps"]), {})[str(r["policy"])] = r
+    policies = sorted({str(r["policy"]) for r in rows}, key=lambda p: (p != "adaptive", p))
+    head = ["QPS"]
+    for p in policies:
+        head += [f"{p} TPOT mean / p99 (ms)"]
+    head += [
+        "adaptive ÷ best static (mean TPOT)",
+        "adaptive spec share",
+        "TTFT mean (ms) " + " / ".join(policies),
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for qps in sorted(by):
+        row = by[qps]
+        cells = [_f(qps, 1)]
+        for p in policies:
+            pr = row.get(p)
+            cells.append(f"{_f(pr['mean_tpot_ms'])} / {_f(pr['p99_tpot_ms'])}" if pr else "–")
+        statics = [float(row[p]["mean_tpot_ms"]) for p in policies if p != "adaptive" and p in row]
+        ad = row.get("adaptive")
+        if ad and statics:
+            cells.append(_f(float(ad["mean_tpot_ms"]) / min(statics), 3))
+            cells.append(_f(ad["spec_share"]))
+        else:
+            cells += ["–", "–"]
+        cells.append(" / ".join(_f(row[p]["mean_ttft_ms"], 1) if p in row else "–" for p in policies))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Row], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = sorted({str(r["policy"]) for r in rows}, key=lambda p: (p != "adaptive", p))
+    panels = (
+        ("mean_tpot_ms", "mean TPOT (ms)"),
+        ("p99_tpot_ms", "p99 TPOT (ms)"),
+        ("mean_ttft_ms", "mean TTFT (ms)"),
+        ("output_tok_s", "output tokens/s"),
+        ("spec_share", "share routed to spec"),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for p in policies:
+            pts = sorted((float(r["qps"]), float(r[key])) for r in rows if r["policy"] == p)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("QPS")
+        ax.set_title(label)
+        ax.grid(True, alpha=0.3)
+        if key == "mean_ttft_ms":
+            ax.set_yscale("log")
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

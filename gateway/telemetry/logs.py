@@ -41,4 +41,5 @@ def format_line(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> st
 
 def emit(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> None:
     if access_log.isEnabledFor(logging.INFO):
-        access_log.info(format_line(fields, fmt))
+        # request_id also as a record attribute, for log formatters that pick it up.
+        access_log.info(format_line(fields, fmt), extra={"request_id": fields.get("request_id")})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import openai
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -36,7 +38,10 @@ async def test_streamed_request_metrics_spans_and_traceparent_to_engine() -> Non
     tel = _tel(spans)
     spec = FakeEngine("m1-spec")
     async with harness(spec=spec, telemetry=tel) as h:
-        client = openai.AsyncOpenAI(base_url=h.openai_base, api_key="none", max_retries=0)
+        # Built off the loop: the SDK loads its TLS trust store when it is created.
+        client = await asyncio.to_thread(
+            openai.AsyncOpenAI, base_url=h.openai_base, api_key="none", max_retries=0
+        )
         try:
             stream = await client.chat.completions.create(
                 model="m1",
@@ -79,7 +84,10 @@ async def test_failover_counts_retry_and_marks_attempt_span() -> None:
     tel = _tel(spans)
     spec = FakeEngine("m1-spec", status=503)
     async with harness(spec=spec, telemetry=tel) as h:
-        client = openai.AsyncOpenAI(base_url=h.openai_base, api_key="none", max_retries=0)
+        # Built off the loop: the SDK loads its TLS trust store when it is created.
+        client = await asyncio.to_thread(
+            openai.AsyncOpenAI, base_url=h.openai_base, api_key="none", max_retries=0
+        )
         try:
             reply = await client.chat.completions.create(
                 model="m1", messages=[{"role": "user", "content": "hi"}], temperature=0.0

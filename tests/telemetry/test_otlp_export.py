@@ -35,7 +35,10 @@ async def test_spans_reach_an_otlp_http_receiver(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("OTEL_SERVICE_NAME", "specgate-test")
         monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
         monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
-        tel = build_telemetry(TelemetryConfig(process_metrics=False, access_log=False))
+        # Built off the loop: the exporter sets up its HTTP session (TLS trust store).
+        tel = await asyncio.to_thread(
+            build_telemetry, TelemetryConfig(process_metrics=False, access_log=False)
+        )
         assert tel.tracing.enabled
         rt = tel.start_request("m1", "chat", "r1", {})
         rt.decided(

@@ -6,7 +6,9 @@ was given --speculative-config, else "base". Behaviour knobs (environment):
 
 * FAKE_VLLM_<ROLE>_HEALTH_DELAY_S: answer /health with 503 for this long first;
 * FAKE_VLLM_<ROLE>_EXIT=<delay_s>:<code>: exit on its own after delay_s with code;
-* FAKE_VLLM_<ROLE>_IGNORE_TERM=1: ignore SIGTERM (the supervisor must SIGKILL it).
+* FAKE_VLLM_<ROLE>_IGNORE_TERM=1: ignore SIGTERM (the supervisor must SIGKILL it);
+* FAKE_VLLM_<ROLE>_CORE=1: start a worker process, like vLLM's engine core, that lives
+  on when this server is killed (recorded as event "core" with its pid).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +54,9 @@ def main() -> None:
             os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
+    if os.environ.get(f"FAKE_VLLM_{role.upper()}_CORE") == "1":
+        core = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+        record("core", core_pid=core.pid)
     exit_spec = os.environ.get(f"FAKE_VLLM_{role.upper()}_EXIT")
     if exit_spec:
         delay, code = exit_spec.split(":")

@@ -302,7 +302,7 @@ def engine_view(sts: Doc) -> dict[str, Any]:
     if (c.get("command") or [""])[-1].endswith("supervisor.py"):  # real vLLM under the supervisor
         env = _env(c)
         assert int(env["SPEC_PORT"]) == ports["spec"] and int(env["BASE_PORT"]) == ports["base"]
-        extra = shlex.split(env.get("VLLM_ARGS", "")) + shlex.split(env.get("SPEC_ARGS", ""))
+        extra = shlex.split(env.get("ENGINE_ARGS", "")) + shlex.split(env.get("SPEC_ARGS", ""))
         extra += shlex.split(env.get("BASE_ARGS", ""))
         return {
             "spec": (ports["spec"], env["SPEC_SERVED_MODEL_NAME"]),

@@ -31,6 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -75,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("GPU_MEMORY_UTILIZATION", "0.45"),
         help="each engine's share of GPU memory; the two must sum below 1 [GPU_MEMORY_UTILIZATION]",
     )
-    p.add_argument("--vllm-args", default=_env("VLLM_ARGS", ""), help="extra args for both [VLLM_ARGS]")
+    p.add_argument("--engine-args", default=_env("ENGINE_ARGS", ""), help="extra args for both [ENGINE_ARGS]")
     p.add_argument("--spec-args", default=_env("SPEC_ARGS", ""), help="extra args, spec engine [SPEC_ARGS]")
     p.add_argument("--base-args", default=_env("BASE_ARGS", ""), help="extra args, plain engine [BASE_ARGS]")
     p.add_argument(
-        "--vllm-bin", default=_env("VLLM_BIN", "vllm"), help="the vLLM command line tool [VLLM_BIN]"
+        "--engine-bin", default=_env("ENGINE_BIN", "vllm"), help="the vLLM command line tool [ENGINE_BIN]"
     )
     p.add_argument(
         "--startup-timeout-s",
@@ -106,13 +107,13 @@ def engine_argv(args: argparse.Namespace, role: str) -> list[str]:
     """The `vllm serve` command line of one engine of the pair."""
     port = args.spec_port if role == "spec" else args.base_port
     served = args.spec_served_model_name if role == "spec" else args.base_served_model_name
-    argv = [*shlex.split(args.vllm_bin), "serve", args.model, "--host", "0.0.0.0", "--port", str(port)]
+    argv = [*shlex.split(args.engine_bin), "serve", args.model, "--host", "0.0.0.0", "--port", str(port)]
     if served:
         argv += ["--served-model-name", served]
     argv += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
     if role == "spec":
         argv += ["--speculative-config", args.spec_config]
-    argv += shlex.split(args.vllm_args)
+    argv += shlex.split(args.engine_args)
     argv += shlex.split(args.spec_args if role == "spec" else args.base_args)
     return argv
 
@@ -137,7 +138,7 @@ def validate(args: argparse.Namespace) -> str | None:
         return f"GPU_MEMORY_UTILIZATION must be a number, got {args.gpu_memory_utilization!r}"
     if not 0.0 < share < 0.5:
         return f"GPU_MEMORY_UTILIZATION is per engine and two share the GPU: need 0 < u < 0.5, got {share}"
-    for extra in (args.vllm_args, args.spec_args, args.base_args):
+    for extra in (args.engine_args, args.spec_args, args.base_args):
         if "--disable-log-stats" in shlex.split(extra):
             return "--disable-log-stats removes the vllm:* metrics the gateway routes on; drop it"
     return None
@@ -152,7 +153,10 @@ class Pair:
 
     def start(self, role: str, argv: list[str]) -> None:
         log(f"starting {role} engine: {shlex.join(argv)}")
-        self.children[role] = subprocess.Popen(argv)
+        # Each engine in its own process group (pgid = its pid), so that signals reach its
+        # worker processes too, even after the API server itself has died: a vLLM engine
+        # core orphaned that way would keep its share of the GPU memory.
+        self.children[role] = subprocess.Popen(argv, start_new_session=True)
 
     def reap(self) -> None:
         """Collect every exited child: our engines (recording their codes) and orphans."""
@@ -176,28 +180,56 @@ class Pair:
             return role, code
         return None
 
-    def signal_all(self, sig: int) -> None:
+    def _leaders_running(self) -> bool:
+        return len(self.exit_codes) < len(self.children)
+
+    def _groups_alive(self) -> list[str]:
+        alive = []
         for role, proc in self.children.items():
-            if role not in self.exit_codes:
-                try:
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                continue
+            alive.append(role)
+        return alive
+
+    def _signal(self, sig: int, *, groups: bool) -> None:
+        for role, proc in self.children.items():
+            try:
+                if groups:
+                    os.killpg(proc.pid, sig)
+                elif role not in self.exit_codes:
                     proc.send_signal(sig)
-                except ProcessLookupError:
-                    pass
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _wait(self, done: Callable[[], bool], until: float) -> bool:
+        while time.monotonic() < until:
+            self.reap()
+            if done():
+                return True
+            time.sleep(0.05)
+        self.reap()
+        return done()
 
     def stop(self) -> None:
-        """SIGTERM every running engine, wait up to the grace period, then SIGKILL."""
-        self.signal_all(signal.SIGTERM)
+        """Stop both engines and everything they started.
+
+        SIGTERM to each running engine (vLLM then shuts its own workers down), then
+        SIGTERM to whatever is left in the engines' process groups (workers whose API
+        server died), all within the grace period; SIGKILL to what still remains.
+        """
         deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline:
-            self.reap()
-            if len(self.exit_codes) == len(self.children):
-                return
-            time.sleep(0.05)
-        log(f"engines still running after {self.grace_s:.0f}s: SIGKILL")
-        self.signal_all(signal.SIGKILL)
-        while len(self.exit_codes) < len(self.children):
-            self.reap()
-            time.sleep(0.05)
+        self._signal(signal.SIGTERM, groups=False)
+        self._wait(lambda: not self._leaders_running(), deadline)
+        if self._groups_alive():
+            self._signal(signal.SIGTERM, groups=True)
+        if self._wait(lambda: not self._leaders_running() and not self._groups_alive(), deadline):
+            return
+        log(f"engine processes still running after {self.grace_s:.0f}s: SIGKILL")
+        self._signal(signal.SIGKILL, groups=True)
+        self._signal(signal.SIGKILL, groups=False)
+        self._wait(lambda: not self._leaders_running() and not self._groups_alive(), time.monotonic() + 10)
 
 
 def healthy(port: int, timeout_s: float = 2.0) -> bool:

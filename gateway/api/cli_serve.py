@@ -117,7 +117,7 @@ def _setup_logging(level: str, as_json: bool) -> None:
     root.setLevel(level.upper())
 
 
-async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> None:
+async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None, telemetry: Any = None) -> None:
     """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``."""
     from aiohttp import web
 
@@ -125,7 +125,8 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None) -> No
     from gateway.api.state import STATE
     from gateway.telemetry import build_telemetry
 
-    telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
+    if telemetry is None:
+        telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
     app = build_app(cfg, telemetry=telemetry)
     # The grace period is spent in drain() below; cleanup then only closes what is left.
     runner = web.AppRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
@@ -181,6 +182,13 @@ def main(args: argparse.Namespace) -> int:
         print(_masked(cfg))
         return 0
     _setup_logging(args.log_level, cfg.server.log_json)
+    from gateway.telemetry import build_telemetry
+
+    try:  # the telemetry: section and the OTEL_* environment
+        telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
+    except ValueError as exc:
+        print(f"specgate: telemetry configuration error: {exc}", file=sys.stderr)
+        return 2
     try:
         import uvloop
 
@@ -189,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.Runner()
     with runner:
         try:
-            runner.run(serve(cfg))
+            runner.run(serve(cfg, telemetry=telemetry))
         except OSError as exc:
             print(f"specgate: cannot listen on {cfg.server.host}:{cfg.server.port}: {exc}", file=sys.stderr)
             return 1

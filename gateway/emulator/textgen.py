@@ -34,30 +34,45 @@ class PromptKind(StrEnum):
 
 
 _EDIT_WORDS = re.compile(
-    r"\b(rewrite|refactor|rename|edit|fix|modify|update|change|convert|port|translate|reformat|"
-    r"add (?:type hints|docstrings|comments|logging)|unchanged|return the (?:full|whole|complete)|"
-    r"apply|patch|replace)\b",
+    r"\b(rewrite|refactor|rename|edit|fix|modify|update|change|convert|port|translate|reformat|annotate|"
+    r"add (?:type hints|types|docstrings|comments|logging)|unchanged|as it is|"
+    r"return the (?:full|whole|complete)|give me back|apply|patch|replace)\b",
     re.IGNORECASE,
 )
 _SUMMARY_WORDS = re.compile(
-    r"\b(summari[sz]e|summary|extract|quote|tl;?dr|key points|according to|based on the "
-    r"(?:document|text|article|context|passage)|list (?:the|all)|what does the (?:document|text|article))\b",
+    r"\b(summari[sz]e|summary|extract|quote|verbatim|word for word|copy out|tl;?dr|key points|"
+    r"takeaways|main points|according to|based on the (?:document|text|article|context|passage)|"
+    r"list (?:the|all|every)|what does the (?:document|text|article))\b",
     re.IGNORECASE,
 )
-_CODE = re.compile(r"```|\bdef |\bclass |\bfunction\b|;\s*$|\{\s*$|\breturn\b", re.MULTILINE)
+_CODE = re.compile(
+    r"```|^\s*(?:def|class|function|func|fn|public|import|#include)\b|;\s*$|\{\s*$", re.MULTILINE
+)
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
+# Pasted material, where instruction words do not count: fenced blocks, quoted blocks, tags.
+_PASTED = re.compile(r'```.*?(?:```|$)|""".*?(?:"""|$)|<document>.*?(?:</document>|$)', re.DOTALL)
+_RAG = re.compile(r"(?:^|\n)\s*(?:context|sources|documents)\s*:", re.IGNORECASE)
 
 LONG_DOCUMENT_TOKENS = 300
 
 
 def classify(prompt: str) -> PromptKind:
-    """What the prompt asks for, judged from its words and what is pasted into it."""
+    """What the prompt asks for, judged from its instruction and what is pasted into it."""
+    if len(prompt) > 400_000:
+        prompt = prompt[:200_000] + prompt[-200_000:]
+    instruction = _PASTED.sub(" ", prompt)
+    n_tokens = len(tokenize(prompt))
     has_code = bool(_CODE.search(prompt))
-    n_tokens = len(tokenize(prompt)) if len(prompt) < 200_000 else 50_000
-    if _EDIT_WORDS.search(prompt) and (has_code or n_tokens > 80):
+    asks_edit = bool(_EDIT_WORDS.search(instruction))
+    asks_summary = bool(_SUMMARY_WORDS.search(instruction))
+    if _RAG.search(prompt) and n_tokens > 60:
+        return PromptKind.SUMMARY  # answer from retrieved context: quotes some of it
+    if asks_edit and has_code:
         return PromptKind.EDIT
-    if _SUMMARY_WORDS.search(prompt) and n_tokens > 60:
+    if asks_summary and n_tokens > 60:
         return PromptKind.SUMMARY
+    if asks_edit and (has_code or n_tokens > 80):
+        return PromptKind.EDIT  # rewrite pasted code or prose
     if n_tokens >= LONG_DOCUMENT_TOKENS:
         return PromptKind.SUMMARY  # a long pasted document: answers lean on it
     return PromptKind.CHAT
@@ -74,9 +89,7 @@ class KindParams:
 
 PARAMS: dict[PromptKind, KindParams] = {
     PromptKind.EDIT: KindParams(copy_prob=0.93, copy_len=14.0, novel_len=2.0, skip_len=1.5, sequential=True),
-    PromptKind.SUMMARY: KindParams(
-        copy_prob=0.45, copy_len=9.0, novel_len=12.0, skip_len=0, sequential=False
-    ),
+    PromptKind.SUMMARY: KindParams(copy_prob=0.6, copy_len=12.0, novel_len=8.0, skip_len=0, sequential=False),
     PromptKind.CHAT: KindParams(copy_prob=0.03, copy_len=3.0, novel_len=60.0, skip_len=0, sequential=False),
 }
 

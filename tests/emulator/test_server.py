@@ -17,6 +17,13 @@ from tests.emulator.prompts import CHATS, EDITS
 
 pytestmark = pytest.mark.timeout(60)
 
+# The SDK imports its resources and builds its response models lazily: do that here,
+# at collection, not on the event loop of the first test.
+with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none") as _warm:
+    _ = (_warm.chat.completions, _warm.completions)
+    import openai.types.chat
+    import openai.types.completion
+
 
 def _client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Iterable
 from typing import Protocol
@@ -38,6 +39,7 @@ from gateway.emulator.engine import Engine, EngineRequest, StepPlan, TokenEvent
 from gateway.physics import SHARED_DEVICE_EFFICIENCY
 
 _EPS = 1e-12
+log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
@@ -221,7 +223,12 @@ class DeviceDriver:
         dev = self.device
         while True:
             self._wake.clear()
-            dispatch(dev.run_until(self.now()))
+            try:
+                dispatch(dev.run_until(self.now()))
+            except Exception:  # a bug must not silently stop every engine on the device
+                log.exception("emulated device %s: step failed", dev.name)
+                await asyncio.sleep(0.01)
+                continue
             t = dev.next_event_time()
             if t is None:
                 await self._wake.wait()

@@ -42,6 +42,15 @@ def main() -> None:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def do_POST(self) -> None:  # /v1/completions, just enough for pair-smoke.sh
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = json.dumps({"usage": {"completion_tokens": 128}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def log_message(self, *args: object) -> None:
             pass
 

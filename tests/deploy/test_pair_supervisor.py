@@ -241,3 +241,40 @@ def test_bad_settings_exit_2_without_starting_anything(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "SPEC_CONFIG is not valid JSON" in proc.stderr
+
+
+@pytest.mark.slow
+def test_pair_smoke_script_against_fake_engines(tmp_path: Path) -> None:
+    """deploy/k8s/tools/pair-smoke.sh (the GPU-host check) runs end to end on fake engines."""
+    script = K8S / "tools" / "pair-smoke.sh"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "ENGINE_BIN": f"{sys.executable} {FAKE_VLLM}",
+        "FAKE_VLLM_LOG": str(tmp_path / "engines.jsonl"),
+        "FAKE_VLLM_SPEC_CORE": "1",
+        "SPEC_PORT": str(free_port()),
+        "BASE_PORT": str(free_port()),
+        "POLL_S": "0.1",
+        "SETTLE_S": "0.2",
+        "GRACE_S": "5",
+        "LOGDIR": str(tmp_path),
+    }
+    proc = subprocess.run(
+        ["bash", str(script), "--crash", "some/model", "--max-model-len", "4096"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count("both engines healthy") == 2, out
+    assert "pair-spec: 16 requests" in out and "pair-base: 16 requests" in out
+    assert "SIGTERM: supervisor exit code 0" in out
+    assert "spec engine SIGKILLed: supervisor exit code 137" in out
+    assert "pair smoke check passed" in out
+    started = [json.loads(x) for x in (tmp_path / "engines.jsonl").read_text().splitlines()]
+    argv = next(e["argv"] for e in started if e["event"] == "started")
+    assert argv[argv.index("--max-model-len") + 1] == "4096"
+    cores = [e["core_pid"] for e in started if e["event"] == "core"]
+    assert len(cores) == 2 and all(_dead(pid) for pid in cores)

@@ -97,7 +97,7 @@ def run_upstream(port_file: str, events: int) -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
         await site.start()
-        Path(port_file).write_text(str(runner.addresses[0][1]))
+        Path(port_file).write_text(str(runner.addresses[0][1]))  # noqa: ASYNC240 - once, at start-up
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -175,11 +175,12 @@ def run_load(url: str, stream: bool, rate: float, duration: float, concurrency: 
     async def main() -> dict[str, Any]:
         conn = aiohttp.TCPConnector(limit=max(concurrency, 256), keepalive_timeout=60)
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=30)) as s:
-            await open_loop(s, warmup)
+            wl, we, _ = await open_loop(s, warmup)
             lat, errors, achieved = await open_loop(s, duration)
             t0 = time.perf_counter()
             done, cerr = await closed_loop(s, max(2.0, duration / 2))
             peak = done / (time.perf_counter() - t0)
+        total = len(wl) + we + len(lat) + errors + done + cerr
         lat.sort()
         q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else [float("nan")] * 99
         return {
@@ -191,12 +192,30 @@ def run_load(url: str, stream: bool, rate: float, duration: float, concurrency: 
             "p99_ms": q[98] * 1e3,
             "mean_ms": statistics.fmean(lat) * 1e3 if lat else float("nan"),
             "peak_rps": peak,
+            "requests_total": total,
         }
 
     print(json.dumps(uvloop.run(main())))
 
 
 # --------------------------------------------------------------------------- orchestration
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime+stime of ``pid`` and its child processes (nginx workers), in clock ticks."""
+    total = 0
+    pids = [pid]
+    try:
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
 def _free_port() -> int:
@@ -252,9 +271,11 @@ models:
   - name: bench
     pairs:
       - device: gpu0
-        spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream, method: ngram, k: 5}}
+        spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream,
+               method: ngram, k: 5}}
         base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
     routing: {{policy: always-base}}
+telemetry: {telemetry}
 """
 
 
@@ -271,6 +292,11 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=8, help="SSE content events per streamed response")
     ap.add_argument("--targets", default="direct,nginx,specgate", help="comma-separated subset")
     ap.add_argument("--out", default="overhead.json", help="where to write the JSON results")
+    ap.add_argument(
+        "--gateway-telemetry",
+        default="{}",
+        help="the gateway config's telemetry section, as YAML flow (default {}: metrics + access log on)",
+    )
     args = ap.parse_args()
 
     if args.role == "upstream":
@@ -286,7 +312,11 @@ def main() -> int:
     me = [sys.executable, os.path.abspath(__file__)]
     try:
         pf = tmp / "upstream.port"
-        procs.append(subprocess.Popen([*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)]))
+        procs.append(
+            subprocess.Popen(
+                [*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)]
+            )
+        )
         deadline = time.monotonic() + 20
         while not pf.exists() or not pf.read_text():
             if time.monotonic() > deadline:
@@ -294,6 +324,7 @@ def main() -> int:
             time.sleep(0.05)
         up = int(pf.read_text())
         urls = {"direct": f"http://127.0.0.1:{up}"}
+        pids = {"direct": procs[0].pid}
         targets = [t.strip() for t in args.targets.split(",") if t.strip()]
 
         nginx_version = None
@@ -308,6 +339,7 @@ def main() -> int:
                 user = "user root;\n" if os.geteuid() == 0 else ""
                 conf.write_text(NGINX_CONF.format(tmp=tmp, up=up, port=nport, user=user))
                 procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"]))
+                pids["nginx"] = procs[-1].pid
                 urls["nginx"] = f"http://127.0.0.1:{nport}"
                 _wait_http(urls["nginx"] + "/health")
                 nginx_version = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip()
@@ -315,9 +347,10 @@ def main() -> int:
         if "specgate" in targets:
             gport = _free_port()
             gconf = tmp / "gateway.yaml"
-            gconf.write_text(GATEWAY_CONF.format(port=gport, up=up))
+            gconf.write_text(GATEWAY_CONF.format(port=gport, up=up, telemetry=args.gateway_telemetry))
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
             procs.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
+            pids["specgate"] = procs[-1].pid
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
 
@@ -339,13 +372,18 @@ def main() -> int:
                     "--concurrency",
                     str(args.concurrency),
                 ] + (["--stream"] if stream else [])
+                c0 = _cpu_ticks(pids[target])
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                ticks = _cpu_ticks(pids[target]) - c0
                 r = json.loads(out.strip().splitlines()[-1])
                 r.update(target=target, mode="stream" if stream else "non-stream")
+                # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise.
+                r["cpu_us_per_req"] = ticks / os.sysconf("SC_CLK_TCK") / max(1, r["requests_total"]) * 1e6
                 results.append(r)
                 print(
                     f"  {r['mode']:10} {target:8} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
-                    f"peak {r['peak_rps']:.0f} req/s  errors {r['errors']}",
+                    f"peak {r['peak_rps']:.0f} req/s  cpu {r['cpu_us_per_req']:.0f} us/req  "
+                    f"errors {r['errors']}",
                     file=sys.stderr,
                 )
         for r in results:
@@ -354,16 +392,21 @@ def main() -> int:
             r["added_p99_ms"] = r["p99_ms"] - base["p99_ms"]
 
         lines = [
-            f"Loopback, {os.cpu_count()} CPUs, open loop at {args.rate:g} req/s for {args.duration:g} s per cell; "
-            f"peak = closed loop with {args.concurrency} workers; stream = {args.events} SSE events + [DONE].",
+            f"Loopback, {os.cpu_count()} CPUs, open loop at {args.rate:g} req/s for {args.duration:g} s "
+            f"per cell; peak = closed loop with {args.concurrency} workers; stream = {args.events} SSE "
+            f"events + [DONE]; "
+            f"CPU µs/req = CPU of the process on the path (direct: the upstream itself); "
+            f"load average at start {os.getloadavg()[0]:.1f}.",
             "",
-            "| mode | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s | errors |",
-            "|---|---|---|---|---|---|---|---|",
+            "| mode | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s | CPU µs/req "
+            "| errors |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in results:
             lines.append(
                 f"| {r['mode']} | {r['target']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
-                f"{r['added_p50_ms']:+.3f} | {r['added_p99_ms']:+.3f} | {r['peak_rps']:.0f} | {r['errors']} |"
+                f"{r['added_p50_ms']:+.3f} | {r['added_p99_ms']:+.3f} | {r['peak_rps']:.0f} | "
+                f"{r['cpu_us_per_req']:.0f} | {r['errors']} |"
             )
         table = "\n".join(lines)
         print(table)

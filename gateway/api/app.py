@@ -58,8 +58,12 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             msg = exc.reason
         err = ApiError(exc.status, msg, code=exc.reason.lower().replace(" ", "_"))
         return error_response(err, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:
         raise
+    except ConnectionResetError:
+        # The client went away mid-response: nothing can be sent and nothing is wrong with
+        # the gateway. Re-raising would make aiohttp log a traceback per disconnect.
+        return web.Response(status=499)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         err = ApiError(500, "internal gateway error", code="internal_error")

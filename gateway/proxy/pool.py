@@ -27,6 +27,8 @@ class UpstreamPool:
                 auto_decompress=True,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
                 raise_for_status=False,
+                # Never keep an engine's cookies: they would be sent on other clients' requests.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
 
     def session(self, name: str) -> aiohttp.ClientSession:

@@ -189,6 +189,7 @@ class DeviceDriver:
         self.clock = clock or ScaledClock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.lag_s = 0.0  # moving average of how late events are delivered
 
     def start(self) -> None:
         if self._task is None:
@@ -207,6 +208,14 @@ class DeviceDriver:
     def now(self) -> float:
         return max(self.clock.now(), self.device.t)
 
+    def _deliver(self, events: list[TokenEvent]) -> None:
+        if events:
+            # how late (emulated seconds) tokens reach clients: > a few ms means the CPU
+            # cannot keep up and --time-scale should go up
+            late = self.clock.now() - events[0].time
+            self.lag_s = 0.9 * self.lag_s + 0.1 * max(0.0, late)
+            dispatch(events)
+
     def submit(self, engine: Engine, req: EngineRequest) -> None:
         dispatch(self.device.submit(engine, req, self.now()))
         self._wake.set()
@@ -224,7 +233,7 @@ class DeviceDriver:
         while True:
             self._wake.clear()
             try:
-                dispatch(dev.run_until(self.now()))
+                self._deliver(dev.run_until(self.now()))
             except Exception:  # a bug must not silently stop every engine on the device
                 log.exception("emulated device %s: step failed", dev.name)
                 await asyncio.sleep(0.01)

@@ -191,6 +191,7 @@ async def _state(request: web.Request) -> web.Response:
             "device": h.driver.device.name,
             "emulated_time_s": h.driver.now(),
             "time_scale": h.driver.clock.time_scale,
+            "delivery_lag_s": h.driver.lag_s,
             "running": e.num_running,
             "waiting": e.num_waiting,
             "kv_cache_usage": e.kv_usage(),

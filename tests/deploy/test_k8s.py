@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shlex
 import tempfile
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
@@ -465,3 +467,45 @@ def test_prometheus_operator_overlay_is_the_gpu_overlay_plus_monitors() -> None:
         ("ServiceMonitor", "specgate-engines", "specgate"),
     }
     assert base <= plus
+
+
+def test_engine_network_policy_component_admits_the_gateway_only(tmp_path: Path) -> None:
+    """Built into the GPU overlay through a throw-away overlay: it selects every engine pod,
+    admits the gateway pods on the engine ports, and nothing from arbitrary pods."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": "specgate",
+                # kustomize refuses absolute paths
+                "resources": [os.path.relpath(K8S / "overlays" / "gpu", tmp_path)],
+                "components": [os.path.relpath(K8S / "components" / "engine-network-policy", tmp_path)],
+            }
+        ),
+        encoding="utf-8",
+    )
+    objs = kustomize.render(tmp_path)
+    for obj in objs:
+        validate(obj)
+    (policy,) = find(objs, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "specgate"
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    gateway_labels = one(objs, "Deployment", "specgate")["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= gateway_labels.items(), "the gateway itself stays reachable"
+    for sts in find(objs, "StatefulSet"):
+        pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= pod_labels.items()
+        engine_ports = {p["name"] for c in sts["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+        rules = policy["spec"]["ingress"]
+        assert all(r.get("from") for r in rules), "no rule may admit every source"
+        gateway_rules = [
+            r
+            for r in rules
+            if any(
+                "podSelector" in f and f["podSelector"]["matchLabels"].items() <= gateway_labels.items()
+                for f in r["from"]
+            )
+        ]
+        assert gateway_rules
+        assert {p["port"] for r in gateway_rules for p in r["ports"]} == engine_ports

@@ -55,12 +55,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="adaptive,always-spec,always-base",
         help="comma-separated routing policies (default %(default)s; also: temperature)",
     )
-    p.add_argument("--qps", default="1,6,20,48", help="offered QPS points, emulated (default %(default)s)")
-    p.add_argument("--duration", type=float, default=10.0, help="measured seconds per point (emulated)")
+    p.add_argument("--qps", default="1,8,24,48", help="offered QPS points, emulated (default %(default)s)")
+    p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
         type=int,
-        default=30,
+        default=24,
         help="stretch a point's window to expect at least this many requests (default %(default)s)",
     )
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window")

@@ -98,6 +98,7 @@ class EngineRequest:
     finished_at: float | None = None
     finish_reason: str | None = None
     prefilled: int = 0
+    recompute: int = 0  # output tokens to prefill again after a preemption
     output: list[str] = field(default_factory=list)
     text_len: int = 0
     proposer: PromptLookupProposer | None = None
@@ -119,7 +120,12 @@ class EngineRequest:
 
     @property
     def ctx(self) -> int:
-        return self.prefilled + len(self.output)
+        return self.prefilled + len(self.output) - self.recompute
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens to prefill: the prompt, plus the output so far after a preemption."""
+        return len(self.prompt_tokens) + self.recompute
 
     def spec_summary(self) -> dict[str, object]:
         """vLLM's per-request ``metrics.speculative_decoding`` object."""
@@ -289,12 +295,41 @@ class Engine:
     def kv_usage(self) -> float:
         return min(1.0, self.kv_tokens() / self._kv_capacity) if self._kv_capacity else 0.0
 
+    def _kv_committed(self) -> int:
+        """KV tokens (whole blocks) the running batch needs through its next step."""
+        per_step = 1 + (self.spec.k if self.spec else 0)
+        bs = self.config.block_size
+        return sum(-(-(r.ctx + per_step) // bs) * bs for r in self.running)
+
+    def _preempt_if_full(self) -> bool:
+        """vLLM's recompute preemption: when the running batch's KV cache (plus this
+        step's tokens) would overflow, the newest requests go back to the waiting queue
+        and later prefill their prompt and output again."""
+        per_step = 1 + (self.spec.k if self.spec else 0)
+        bs = self.config.block_size
+        cap = self._kv_capacity
+        used = sum(-(-(r.ctx + per_step) // bs) * bs for r in self.running)
+        preempted = False
+        while used > cap and len(self.running) > 1:
+            preempted = True
+            victim = self.running.pop()
+            used -= -(-(victim.ctx + per_step) // bs) * bs
+            victim.recompute = len(victim.output)
+            victim.prefilled = 0
+            self.waiting.appendleft(victim)
+            self.stats.preemptions += 1
+            on_preempt = getattr(self.observer, "on_preempt", None)
+            if on_preempt is not None:
+                on_preempt(victim)
+        return preempted
+
     # --- stepping ---------------------------------------------------------------------
     def plan_step(self, now: float) -> StepPlan | None:
         """Schedule the next step; None when there is nothing to do."""
         if self._plan is not None:
             raise RuntimeError("plan_step() called twice without commit_step()")
         cfg = self.config
+        preempted = self._preempt_if_full()
         budget = cfg.max_num_batched_tokens
         entries: list[_Entry] = []
         spec = self.spec
@@ -304,8 +339,8 @@ class Engine:
         drafted_k = 0
         # 1. decoding requests (and those still mid-prefill) first
         for req in self.running:
-            if req.prefilled < req.num_prompt_tokens:
-                chunk = min(budget, req.num_prompt_tokens - req.prefilled)
+            if req.prefilled < req.prefill_target:
+                chunk = min(budget, req.prefill_target - req.prefilled)
                 if chunk > 0:
                     entries.append(_Entry(req, prefill=chunk))
                     budget -= chunk
@@ -328,17 +363,19 @@ class Engine:
             ctx_sum += req.ctx
             budget -= 1 + e.n_drafts
         # 2. admit waiting requests while there is room (slots, token budget, KV)
-        kv_free = self._kv_capacity - self.kv_tokens()
-        while self.waiting and len(self.running) < cfg.max_num_seqs and budget > 0:
+        kv_free = self._kv_capacity - self._kv_committed()
+        per_step = 1 + (spec.k if spec else 0)
+        while self.waiting and not preempted and len(self.running) < cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
-            need = req.num_prompt_tokens + 1
+            need = req.prefill_target + per_step
             if need > kv_free and self.running:
                 break
             self.waiting.popleft()
             self.running.append(req)
-            req.scheduled_at = now
+            if req.scheduled_at is None:
+                req.scheduled_at = now
             kv_free -= need
-            chunk = min(budget, req.num_prompt_tokens)
+            chunk = min(budget, req.prefill_target)
             entries.append(_Entry(req, prefill=chunk))
             budget -= chunk
         if not entries:
@@ -392,11 +429,16 @@ class Engine:
             if req.finish_reason is not None:
                 continue  # aborted mid-step
             if e.prefill:
+                first_pass = req.recompute == 0
                 req.prefilled += e.prefill
-                st.prompt_tokens += e.prefill
-                if obs:
-                    obs.on_prompt_tokens(e.prefill)
-                if req.prefilled < req.num_prompt_tokens:
+                if first_pass:
+                    st.prompt_tokens += e.prefill
+                    if obs:
+                        obs.on_prompt_tokens(e.prefill)
+                if req.prefilled < req.prefill_target:
+                    continue
+                if not first_pass:
+                    events.append(self._emit(req, 1, now))  # resumed after a preemption
                     continue
                 # prefill complete: the step samples the first token
                 if spec is not None and spec.text_based:

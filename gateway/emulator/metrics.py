@@ -299,6 +299,10 @@ class EngineMetrics:
     def on_prompt_tokens(self, n: int) -> None:
         self._prompt_pending += n  # flushed into the counters at scrape time (hot path)
 
+    def on_preempt(self, req: EngineRequest) -> None:
+        if self.log_stats:
+            self.preemptions.inc()
+
     def on_first_token(self, req: EngineRequest) -> None:
         if self.log_stats and req.first_token_at is not None:
             self.ttft.observe(req.first_token_at - req.arrival)

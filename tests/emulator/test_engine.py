@@ -168,3 +168,32 @@ def test_bulk_indexed_proposer_equals_incremental_one() -> None:
             a.append(t)
             b.append(t)
             assert a.propose() == b.propose()
+
+
+def test_kv_cache_pressure_preempts_and_recomputes_without_changing_answers() -> None:
+    from gateway.emulator.metrics import EngineMetrics
+
+    def run(blocks: int) -> tuple[list[str], Engine, EngineMetrics]:
+        cfg = EngineConfig("m", spec=parse_spec_config(NGRAM5), num_gpu_blocks=blocks)
+        m = EngineMetrics("m", spec_k=5, max_model_len=4096)
+        dev = Device()
+        eng = dev.attach(Engine(cfg, observer=m))
+        m.engine = eng
+        reqs = [eng.make_request(EDITS[i % 3], max_tokens=300, ignore_eos=True, seed=i) for i in range(12)]
+        for r in reqs:
+            dev.submit(eng, r, 0.0)
+        peak = 0.0
+        while (t := dev.next_event_time()) is not None:
+            dev.run_until(t)
+            peak = max(peak, eng.kv_tokens() / (blocks * 16))
+        assert peak <= 1.0
+        assert all(r.finish_reason == "length" and len(r.output) == 300 for r in reqs)
+        return ["".join(r.output) for r in reqs], eng, m
+
+    roomy, eng_roomy, _ = run(100_000)
+    tight, eng_tight, metrics = run(200)  # 3200 tokens: room for about 4 of the 12
+    assert eng_roomy.stats.preemptions == 0
+    assert eng_tight.stats.preemptions > 0
+    assert tight == roomy  # recompute changes timing, never text
+    assert "vllm:num_preemptions_total" in metrics.render().decode()
+    assert eng_tight.stats.prompt_tokens == eng_roomy.stats.prompt_tokens  # prompts counted once

@@ -26,7 +26,12 @@ draft token is accepted while it equals the next answer token (at T > 0 each als
 with probability :func:`~gateway.emulator.acceptance.ngram_token_acceptance`). For
 model-based methods the accepted length is sampled from per-position curves.
 Counters live in :attr:`Engine.stats` (plain ints, for the simulator) and are
-forwarded to an optional :class:`EngineObserver` (Prometheus, see ``metrics.py``).
+forwarded to an optional :class:`EngineObserver` (Prometheus, see ``metrics.py``;
+an observer may also define ``on_preempt(req)``).
+
+KV cache: ``num_gpu_blocks`` x ``block_size`` tokens. Requests are admitted while their
+prompt fits; when the running batch would overflow, the newest requests are preempted
+and later recompute (prefill prompt + output again), as vLLM does.
 """
 
 from __future__ import annotations

@@ -290,3 +290,18 @@ async def test_crash_drops_keepalive_connections_and_restart_resets_counters(pai
             assert r.status == 200
     # the restarted engine still shares the device with its sibling
     assert base.handle.driver.device.engines == [pair.engines[0].handle.engine, base.handle.engine]
+
+
+async def test_slow_metrics_fault_delays_the_scrape(pair: EmulatorGroup) -> None:
+    url = pair.urls[0]
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + "/_emulator/faults", json={"metrics_delay_s": 0.3}) as r:
+            assert r.status == 200
+        t0 = loop.time()
+        async with s.get(url + "/metrics") as r:
+            assert r.status == 200 and "vllm:num_requests_running" in await r.text()
+        assert loop.time() - t0 >= 0.3
+        with pytest.raises(asyncio.TimeoutError):
+            async with s.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=0.1)) as r:
+                await r.text()

@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from gateway.sim.report import markdown as md_table
-from gateway.sim.report import plot, write_csv, write_json
-from gateway.sim.run import SimConfig, simulate
+from gateway.sim.report import plot, schedule_markdown, timeline_plot, write_csv, write_json
+from gateway.sim.run import SimConfig, phase_summaries, simulate
 
 POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
 
@@ -44,12 +44,57 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--routing", default="{}", help="JSON object of extra routing config fields for the adaptive policy"
     )
+    parser.add_argument(
+        "--schedule",
+        default=None,
+        help="time-varying load instead of a sweep: 'QPS:SECONDS,...' phases, e.g. '4:60,48:60,4:60'; "
+        "each policy runs the whole schedule once (writes schedule.{csv,md,png})",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="points simulated in parallel (processes)")
     parser.add_argument("--out", type=Path, default=Path("results/sim"), help="output directory")
 
 
 def _point(cfg: SimConfig) -> dict[str, float | int | str]:
     return simulate(cfg).summary()
+
+
+def run_schedule(
+    args: argparse.Namespace,
+    policies: list[str],
+    phases: tuple[tuple[float, float], ...],
+    routing: dict[str, object],
+) -> int:
+    rows: list[dict[str, float | int | str]] = []
+    results = []
+    for p in policies:
+        cfg = SimConfig(
+            qps=phases[0][0],
+            policy=p,
+            duration_s=sum(d for _, d in phases),
+            seed=args.seed,
+            mix=args.mix,
+            temperature=args.temperature,
+            profile=args.profile,
+            method=args.method,
+            k=args.k,
+            routing=routing if p == "adaptive" else {},
+            schedule=phases,
+        )
+        res = simulate(cfg)
+        results.append(res)
+        total = res.summary()
+        total["qps"] = "all"
+        total["phase_start_s"] = "all"
+        rows.extend([*phase_summaries(res), total])
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "schedule.csv", extra=("phase_start_s",))
+    table = schedule_markdown(rows)
+    (out / "schedule.md").write_text(table)
+    timeline_plot(results, out / "schedule.png", f"specgate simulate — schedule {args.schedule}")
+    print(table)
+    print(f"wrote {out}/schedule.{{csv,md,png}}")
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -62,6 +107,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2
     policies = [p.strip() for p in str(args.policies).split(",") if p.strip()]
+    if args.schedule:
+        try:
+            phases = tuple(
+                (float(a), float(b)) for a, b in (x.split(":") for x in str(args.schedule).split(","))
+            )
+            if not phases or any(q <= 0 or d <= 0 for q, d in phases):
+                raise ValueError("phases need QPS > 0 and SECONDS > 0")
+        except ValueError as exc:
+            print(f"specgate simulate: bad --schedule: {exc}", file=sys.stderr)
+            return 2
+        return run_schedule(args, policies, phases, routing)
     bad = [p for p in policies if p not in POLICIES]
     if bad or not qps or any(q <= 0 for q in qps) or args.duration <= 0:
         print(f"specgate simulate: bad --policies {bad} or --qps/--duration", file=sys.stderr)
@@ -83,19 +139,25 @@ def main(args: argparse.Namespace) -> int:
         for p in policies
     ]
     t0 = time.monotonic()
+
+    def progress(r: dict[str, float | int | str]) -> None:
+        print(
+            f"qps {float(r['qps']):>6g} {r['policy']!s:<12} TPOT mean {float(r['mean_tpot_ms']):6.2f} ms "
+            f"p99 {float(r['p99_tpot_ms']):6.2f} ms  spec {float(r['spec_share']):.2f}",
+            flush=True,
+        )
+
+    rows: list[dict[str, float | int | str]] = []
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(pool.map(_point, cfgs))
+            for fut in as_completed([pool.submit(_point, c) for c in cfgs]):
+                rows.append(fut.result())
+                progress(rows[-1])
+        rows.sort(key=lambda r: (float(r["qps"]), str(r["policy"])))
     else:
-        rows = []
         for c in cfgs:
             rows.append(_point(c))
-            r = rows[-1]
-            print(
-                f"qps {c.qps:>6g} {c.policy:<12} TPOT mean {float(r['mean_tpot_ms']):6.2f} ms "
-                f"p99 {float(r['p99_tpot_ms']):6.2f} ms  spec {float(r['spec_share']):.2f}",
-                flush=True,
-            )
+            progress(rows[-1])
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     meta = {

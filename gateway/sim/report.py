@@ -24,9 +24,9 @@ COLUMNS = (
 Row = dict[str, float | int | str]
 
 
-def write_csv(rows: Sequence[Row], path: Path) -> None:
+def write_csv(rows: Sequence[Row], path: Path, extra: tuple[str, ...] = ()) -> None:
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=[*extra, *COLUMNS], extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(r)
@@ -101,6 +101,65 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
         if key == "mean_ttft_ms":
             ax.set_yscale("log")
     axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def schedule_markdown(rows: Sequence[Row]) -> str:
+    head = [
+        "policy",
+        "phase start (s)",
+        "QPS",
+        "TPOT mean (ms)",
+        "TPOT p99 (ms)",
+        "TTFT mean (ms)",
+        "spec share",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            str(r["policy"]),
+            _f(r.get("phase_start_s", ""), 0),
+            _f(r["qps"], 1),
+            _f(r["mean_tpot_ms"]),
+            _f(r["p99_tpot_ms"]),
+            _f(r["mean_ttft_ms"], 1),
+            _f(r["spec_share"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def timeline_plot(results: Sequence[object], path: Path, title: str, bin_s: float = 10.0) -> None:
+    """Mean TPOT of requests by arrival time (bins), one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for res in results:
+        recs = res.records  # type: ignore[attr-defined]
+        name = res.config.policy  # type: ignore[attr-defined]
+        bins: dict[int, list[float]] = {}
+        spec: dict[int, list[float]] = {}
+        for r in recs:
+            b = int(r.arrival // bin_s)
+            spec.setdefault(b, []).append(1.0 if r.route == "spec" else 0.0)
+            if r.tpot_s is not None:
+                bins.setdefault(b, []).append(r.tpot_s * 1e3)
+        xs = sorted(bins)
+        ax.plot([x * bin_s for x in xs], [sum(bins[x]) / len(bins[x]) for x in xs], marker=".", label=name)
+        xs2 = sorted(spec)
+        ax2.plot([x * bin_s for x in xs2], [sum(spec[x]) / len(spec[x]) for x in xs2], label=name)
+    ax.set_ylabel(f"mean TPOT (ms), {bin_s:g} s bins")
+    ax2.set_ylabel("share routed to spec")
+    ax2.set_xlabel("arrival time (s)")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    ax2.grid(True, alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
@@ -32,6 +32,8 @@ class SimConfig:
     k: int = 5
     max_tokens_cap: int = 1024
     drain_s: float = 300.0  # stop this long after the last arrival even if requests remain
+    # Optional time-varying load: ((qps, seconds), ...) phases replacing qps/duration_s.
+    schedule: tuple[tuple[float, float], ...] = ()
     routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
 
 
@@ -92,14 +94,35 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 def arrivals(cfg: SimConfig) -> list[tuple[float, WorkloadRequest]]:
-    """Poisson arrivals over ``duration_s`` with their requests (same for every policy)."""
-    rng = random.Random(cfg.seed * 7919 + round(cfg.qps * 1000))
+    """Poisson arrivals (piecewise over ``schedule`` if given) with their requests.
+
+    The same for every policy: runs are paired.
+    """
+    phases = cfg.schedule or ((cfg.qps, cfg.duration_s),)
+    rng = random.Random(cfg.seed * 7919 + round(sum(q * 1000 for q, _ in phases)))
     reqs = iter_requests(cfg.seed, None, cfg.mix, cfg.temperature, max_tokens_cap=cfg.max_tokens_cap)
     out: list[tuple[float, WorkloadRequest]] = []
-    t = rng.expovariate(cfg.qps)
-    while t < cfg.duration_s:
-        out.append((t, next(reqs)))
-        t += rng.expovariate(cfg.qps)
+    start = 0.0
+    for qps, length in phases:
+        t = start + rng.expovariate(qps)
+        while t < start + length:
+            out.append((t, next(reqs)))
+            t += rng.expovariate(qps)
+        start += length
+    return out
+
+
+def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
+    """Per-phase summaries of a scheduled run (requests grouped by arrival phase)."""
+    out = []
+    start = 0.0
+    for qps, length in result.config.schedule:
+        recs = [r for r in result.records if start <= r.arrival < start + length]
+        sub = SimResult(replace(result.config, qps=qps), recs, {}, result.sim_end)
+        row = sub.summary()
+        row["phase_start_s"] = start
+        out.append(row)
+        start += length
     return out
 
 

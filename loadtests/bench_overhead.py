@@ -285,7 +285,11 @@ def main() -> int:
     ap.add_argument("--port-file", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rate", type=float, default=500.0, help="open-loop request rate (req/s), default 500")
+    ap.add_argument(
+        "--rate",
+        default="500",
+        help="open-loop request rate(s) in req/s, comma-separated (e.g. 100,500); default 500",
+    )
     ap.add_argument("--duration", type=float, default=6.0, help="seconds of open-loop load per cell")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per cell")
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop workers for peak req/s")
@@ -303,7 +307,7 @@ def main() -> int:
         run_upstream(args.port_file, args.events)
         return 0
     if args.role == "load":
-        run_load(args.url, args.stream, args.rate, args.duration, args.concurrency, args.warmup)
+        run_load(args.url, args.stream, float(args.rate), args.duration, args.concurrency, args.warmup)
         return 0
 
     procs: list[subprocess.Popen[bytes]] = []
@@ -354,8 +358,10 @@ def main() -> int:
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
 
+        rates = [float(x) for x in str(args.rate).split(",") if x.strip()]
         results: list[dict[str, Any]] = []
-        for stream in (False, True):
+        cells = [(stream, rate) for stream in (False, True) for rate in rates]
+        for stream, rate in cells:
             for target in ["direct", *[t for t in targets if t != "direct"]]:
                 cmd = [
                     *me,
@@ -364,7 +370,7 @@ def main() -> int:
                     "--url",
                     urls[target] + "/v1/chat/completions",
                     "--rate",
-                    str(args.rate),
+                    str(rate),
                     "--duration",
                     str(args.duration),
                     "--warmup",
@@ -376,42 +382,48 @@ def main() -> int:
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 ticks = _cpu_ticks(pids[target]) - c0
                 r = json.loads(out.strip().splitlines()[-1])
-                r.update(target=target, mode="stream" if stream else "non-stream")
+                r.update(target=target, mode="stream" if stream else "non-stream", rate=rate)
                 # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise.
                 r["cpu_us_per_req"] = ticks / os.sysconf("SC_CLK_TCK") / max(1, r["requests_total"]) * 1e6
                 results.append(r)
                 print(
-                    f"  {r['mode']:10} {target:8} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                    f"  {r['mode']:10} {rate:5.0f}/s {target:8} "
+                    f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
                     f"peak {r['peak_rps']:.0f} req/s  cpu {r['cpu_us_per_req']:.0f} us/req  "
                     f"errors {r['errors']}",
                     file=sys.stderr,
                 )
         for r in results:
-            base = next(x for x in results if x["mode"] == r["mode"] and x["target"] == "direct")
+            base = next(
+                x
+                for x in results
+                if x["mode"] == r["mode"] and x["rate"] == r["rate"] and x["target"] == "direct"
+            )
             r["added_p50_ms"] = r["p50_ms"] - base["p50_ms"]
             r["added_p99_ms"] = r["p99_ms"] - base["p99_ms"]
 
         lines = [
-            f"Loopback, {os.cpu_count()} CPUs, open loop at {args.rate:g} req/s for {args.duration:g} s "
+            f"Loopback, {os.cpu_count()} CPUs, open loop at the given rate for {args.duration:g} s "
             f"per cell; peak = closed loop with {args.concurrency} workers; stream = {args.events} SSE "
             f"events + [DONE]; "
             f"CPU µs/req = CPU of the process on the path (direct: the upstream itself); "
             f"load average at start {os.getloadavg()[0]:.1f}.",
             "",
-            "| mode | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s | CPU µs/req "
-            "| errors |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| mode | rate req/s | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s "
+            "| CPU µs/req | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in results:
             lines.append(
-                f"| {r['mode']} | {r['target']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
+                f"| {r['mode']} | {r['rate']:g} | {r['target']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
                 f"{r['added_p50_ms']:+.3f} | {r['added_p99_ms']:+.3f} | {r['peak_rps']:.0f} | "
                 f"{r['cpu_us_per_req']:.0f} | {r['errors']} |"
             )
         table = "\n".join(lines)
         print(table)
         doc = {
-            "rate": args.rate,
+            "rates": rates,
+            "load_average": os.getloadavg(),
             "duration_s": args.duration,
             "concurrency": args.concurrency,
             "events": args.events,

@@ -1,4 +1,4 @@
-"""Admin endpoints: ``GET /admin/state`` and ``POST /admin/route``.
+"""Admin endpoints: ``GET /admin/state``, ``POST /admin/route`` and ``POST /admin/drain``.
 
 Both need an admin key (``server.admin_keys``, separate from client keys). When no
 admin key is configured they answer loopback clients only (403 for anyone else).
@@ -52,5 +52,27 @@ async def set_route(request: web.Request) -> web.Response:
     st.models[model].pinned = pinned
     return web.Response(
         body=json.dumps({"model": model, "route": pinned.value, "previous": previous.value}).encode(),
+        content_type="application/json",
+    )
+
+
+async def drain(request: web.Request) -> web.Response:
+    """``{"engine": "<name>", "draining": true|false}``: stop (or resume) sending new requests to
+    an engine, e.g. before restarting it; requests already on it finish normally."""
+    st = request.app[STATE]
+    check_admin(request, st.config.server.admin_keys)
+    raw = await request.content.read(64 * 1024 + 1)
+    if len(raw) > 64 * 1024:
+        raise ApiError(413, "admin request body too large", code="request_too_large")
+    body = parse_json(raw)
+    name, flag = body.get("engine"), body.get("draining", True)
+    engine = next((m.engines[name] for m in st.models.values() if name in m.engines), None)
+    if not isinstance(name, str) or engine is None:
+        raise ApiError(404, f"unknown engine {str(name)[:200]!r}", param="engine", code="engine_not_found")
+    if not isinstance(flag, bool):
+        raise ApiError(400, "'draining' must be a boolean", param="draining", code="invalid_value")
+    engine.draining = flag
+    return web.Response(
+        body=json.dumps({"engine": name, "draining": flag, "inflight": engine.inflight}).encode(),
         content_type="application/json",
     )

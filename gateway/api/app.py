@@ -94,6 +94,7 @@ def build_app(
     app.router.add_get("/metrics", routes.metrics)
     app.router.add_get("/admin/state", admin.state)
     app.router.add_post("/admin/route", admin.set_route)
+    app.router.add_post("/admin/drain", admin.drain)
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
     return app
@@ -133,7 +134,7 @@ def _start_workers(state: GatewayState) -> None:
     sc = state.config.scrape
     for m in state.models.values():
         for rt in m.engines.values():
-            session = state.pool.session(rt.name)
+            session = state.pool.control(rt.name)  # not the request pool: see UpstreamPool
             headers = (
                 {"Authorization": "Bearer " + rt.config.api_key.get_secret_value()}
                 if rt.config.api_key

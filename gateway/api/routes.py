@@ -44,7 +44,7 @@ async def _probe(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> bool:
         return False
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with st.pool.session(rt.name).get(rt.config.url + "/health", timeout=timeout) as resp:
+        async with st.pool.control(rt.name).get(rt.config.url + "/health", timeout=timeout) as resp:
             await resp.read()
             return resp.status == 200
     except (TimeoutError, aiohttp.ClientError, OSError):

@@ -144,3 +144,23 @@ async def test_inflight_counts_are_exact_while_streaming() -> None:
         await r.read()
         r.release()
         assert st.models["m1"].engines["base0"].inflight == 0
+
+
+async def test_admin_drain_moves_traffic_off_an_engine_and_back() -> None:
+    async with harness() as h, aiohttp.ClientSession() as s:
+        body = {"model": "m1", "messages": MSGS, "temperature": 0.0}
+        async with s.post(h.url("/admin/drain"), json={"engine": "spec0", "draining": True}) as r:
+            assert r.status == 200 and (await r.json())["draining"] is True
+        async with s.post(h.url("/v1/chat/completions"), json=body) as r:
+            assert r.headers["x-specgate-route"] == "base" and r.headers["x-specgate-reason"] == "spec_down"
+        status, state = await _get(h.url("/admin/state"))
+        assert status == 200 and state["models"]["m1"]["pairs"][0]["spec"]["draining"] is True
+        async with s.post(h.url("/admin/drain"), json={"engine": "spec0", "draining": False}) as r:
+            assert r.status == 200
+        async with s.post(h.url("/v1/chat/completions"), json=body) as r:
+            assert r.headers["x-specgate-route"] == "spec"
+        async with s.post(h.url("/admin/drain"), json={"engine": "nope"}) as r:
+            assert r.status == 404
+        async with s.post(h.url("/admin/drain"), json={"engine": "spec0", "draining": "yes"}) as r:
+            assert r.status == 400
+    assert len(h.spec.requests) == 1

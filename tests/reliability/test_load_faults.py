@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -34,7 +36,10 @@ def _gateway_idle(r: Rig) -> bool:
     return r.state.inflight == 0 and all(e.inflight == 0 for e in r.state.engines)
 
 
-async def test_disconnect_storm_aborts_every_upstream_request_and_leaks_nothing() -> None:
+async def test_disconnect_storm_aborts_every_upstream_request_and_leaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
     # Emulated time at 1x: the requests would run for many seconds if not aborted.
     async with rig(time_scale=1.0) as r, aiohttp.ClientSession() as warm:
         assert (await post(warm, r.url("/v1/chat/completions"), chat(max_tokens=2))).status == 200
@@ -79,6 +84,9 @@ async def test_disconnect_storm_aborts_every_upstream_request_and_leaks_nothing(
         await until(lambda: len(asyncio.all_tasks()) <= tasks0, 5, "no leaked tasks")
         await until(lambda: open_fds() <= fds0 + 2, 5, "no leaked sockets")
         assert not r.state.background
+    # A client hanging up is normal: no error log, no traceback per disconnect.
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert not errors, [rec.getMessage() for rec in errors]
 
 
 # -- slow readers --------------------------------------------------------------------------
@@ -214,3 +222,34 @@ async def test_overload_beyond_max_concurrency_is_429_with_retry_after_never_que
         assert _gateway_idle(r)
         # Capacity is back: the next request is served.
         assert (await post(s, r.url("/v1/chat/completions"), chat(max_tokens=5))).status == 200
+
+
+async def test_a_client_reset_during_a_write_is_not_logged_as_a_server_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The race the disconnect storm hits now and then: the client's reset reaches a write
+    # before the handler is cancelled. It must not surface as aiohttp's "Error handling request".
+    caplog.set_level(logging.WARNING)
+    app = build_app(gateway_config("http://127.0.0.1:9", "http://127.0.0.1:9", scrape={"enabled": False}))
+
+    async def resetting(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        assert request.transport is not None
+        request.transport.close()  # the client's reset, as the handler sees it
+        raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+
+    app.router.add_get("/_reset", resetting)
+    gw = TestServer(app)
+    await gw.start_server()
+    try:
+        async with aiohttp.ClientSession() as s:
+            try:
+                async with s.get(gw.make_url("/_reset")) as r:
+                    await r.read()
+            except aiohttp.ClientError:
+                pass
+    finally:
+        await gw.close()
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert not errors, [rec.getMessage() for rec in errors]

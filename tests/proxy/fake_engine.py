@@ -45,6 +45,7 @@ class FakeEngine:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     health_status: int = 200
     response_headers: dict[str, str] = field(default_factory=dict)  # added to non-stream answers
+    raw_stream: list[bytes] | None = None  # stream: write exactly these pieces (any framing)
     spaced_json: bool = False  # json.dumps default separators ('"model": "x"')
 
     def app(self) -> web.Application:
@@ -129,6 +130,13 @@ class FakeEngine:
             await resp.prepare(request)
             if self.hang_after_headers:
                 await asyncio.Event().wait()
+            if self.raw_stream is not None:
+                for piece in self.raw_stream:
+                    await resp.write(piece)
+                    await asyncio.sleep(0)
+                await resp.write_eof()
+                self.finished.set()
+                return resp
             if self.send_error_event:
                 err_ev = {
                     "error": {"message": "min_p is not supported", "type": "BadRequestError", "code": 400}

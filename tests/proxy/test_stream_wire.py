@@ -7,6 +7,7 @@ import json
 
 import aiohttp
 
+from gateway.proxy.sse import DONE
 from tests.proxy.fake_engine import FakeEngine
 from tests.proxy.harness import harness
 
@@ -159,3 +160,51 @@ async def test_completions_stream_with_spaced_json_model_field() -> None:
     assert "".join(texts) == "Hello, world!"
     assert all(json.loads(e[6:])["model"] == "m1" for e in _events(raw)[:-1])
     assert base.requests[0].path == "/v1/completions"
+
+
+async def test_events_split_across_chunks_comments_and_non_json_pass_through() -> None:
+    ev1 = b'data: {"id":"a","model":"m1-base","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    ev2 = b'data: {"id":"b","model": "m1-base","choices":[{"index":0,"delta":{"content":" there"}}]}\n\n'
+    base = FakeEngine(
+        "m1-base",
+        raw_stream=[
+            b": keep-alive\n\n",
+            ev1[:17],
+            ev1[17:40],
+            ev1[40:] + ev2[:5],
+            ev2[5:],
+            b"data: not json\n\n",
+            DONE,
+        ],
+    )
+    async with (
+        harness(base=base) as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json=CHAT) as r,
+    ):
+        raw = await r.read()
+    evs = _events(raw)
+    assert evs[0] == b": keep-alive"
+    assert json.loads(evs[1][6:]) == {
+        "id": "a",
+        "model": "m1",
+        "choices": [{"index": 0, "delta": {"content": "Hi"}}],
+    }
+    assert json.loads(evs[2][6:])["model"] == "m1" and json.loads(evs[2][6:])["id"] == "b"
+    assert evs[3] == b"data: not json"
+    assert evs[4] == b"data: [DONE]" and len(evs) == 5
+
+
+async def test_stream_without_done_gets_an_error_event_and_done() -> None:
+    ev = b'data: {"id":"a","model":"m1-base","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    base = FakeEngine("m1-base", raw_stream=[ev])  # ends cleanly but without [DONE]
+    async with (
+        harness(base=base) as h,
+        aiohttp.ClientSession() as s,
+        s.post(h.url("/v1/chat/completions"), json=CHAT) as r,
+    ):
+        raw = await r.read()
+    evs = _events(raw)
+    assert json.loads(evs[0][6:])["model"] == "m1"
+    assert json.loads(evs[1][6:])["error"]["code"] == 502
+    assert evs[2] == b"data: [DONE]"

@@ -146,6 +146,8 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
         raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
     prompts = [chat_template(body.get("messages"))] if chat else _prompts(body)
     toks = [tokenize(p) for p in prompts]
+    if not all(toks):  # as vLLM: an empty prompt is a client error (it would schedule nothing)
+        raise ApiError("The decoder prompt cannot be empty", param="prompt")
     max_tokens = _int(body, "max_completion_tokens" if chat else "max_tokens", 1, 1 << 30)
     if chat and max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1, 1 << 30)

@@ -121,6 +121,40 @@ def mutated_bodies(draw: st.DrawFn) -> Case:
 
 
 @st.composite
+def valid_bodies(draw: st.DrawFn) -> Case:
+    """Requests the gateway must accept and forward, with hostile-but-legal content."""
+    chat = draw(st.booleans())
+    body = draw(_valid_base(chat))
+    if chat:
+        body["messages"] = draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "role": st.sampled_from(["user", "system", "assistant"]),
+                        "content": st.text(max_size=400) | st.just("```\n" + "x = 1\n" * 200 + "```"),
+                    }
+                ),
+                min_size=1,
+                max_size=4,
+            )
+        )
+    extras = {
+        "stop": st.text(min_size=1, max_size=5) | st.lists(st.text(min_size=1, max_size=5), max_size=3),
+        "logit_bias": st.dictionaries(st.integers(0, 100).map(str), st.floats(-100, 100), max_size=3),
+        "min_p": st.floats(0, 1),
+        "seed": st.integers(0, 1 << 32),
+        "top_p": st.floats(0.01, 1),
+        "user": st.text(max_size=50),
+        "x_unknown_field": json_values,
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(extras)), max_size=3, unique=True)):
+        body[key] = draw(extras[key])
+    if body.get("stream") and draw(st.booleans()):
+        body["stream_options"] = {"include_usage": draw(st.booleans())}
+    return Case(PATHS[0] if chat else PATHS[1], json.dumps(body).encode())
+
+
+@st.composite
 def random_json_bodies(draw: st.DrawFn) -> Case:
     return Case(draw(st.sampled_from(PATHS)), json.dumps(draw(json_values), allow_nan=True).encode())
 
@@ -189,13 +223,16 @@ def hostile_headers(draw: st.DrawFn) -> dict[str, str]:
     return h
 
 
+_rarely = st.sampled_from([False] * 19 + [True])
+
+
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    case = draw(mutated_bodies() | random_json_bodies() | raw_bodies())
+    case = draw(valid_bodies() | mutated_bodies() | random_json_bodies() | raw_bodies())
     case.headers = draw(hostile_headers())
-    if draw(st.integers(0, 19)) == 0:  # now and then: a wrong method or an unknown path
+    if draw(_rarely):  # now and then: a wrong method or an unknown path
         case.method = draw(st.sampled_from(["GET", "PUT", "DELETE", "PATCH"]))
-    if draw(st.integers(0, 19)) == 0:
+    if draw(_rarely):
         case.path = draw(
             st.sampled_from(["/v1/chat/completions/", "/v1/../admin/state", "/v1/models", "/%ff"])
         )

@@ -118,10 +118,14 @@ class ProxyCall:
                 result.response = exc.response
                 unreachable += exc.error in _UNREACHABLE
                 if last:
-                    if unreachable == len(candidates) > 1:
+                    if unreachable == len(candidates) and self._none_left(candidates):
                         self._all_unreachable(result)
                     return result
         return result  # pragma: no cover - loop always returns
+
+    def _none_left(self, tried: list[str]) -> bool:
+        """No engine of the model that was not tried is healthy (so none could have served)."""
+        return all(not rt.healthy() for name, rt in self.engines.items() if name not in tried)
 
     def _all_unreachable(self, result: ProxyResult) -> None:
         """Every engine of the pair refused the connection: the model is unavailable (503)."""

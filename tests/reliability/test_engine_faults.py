@@ -202,3 +202,16 @@ async def test_hang_mid_stream_fires_the_idle_timeout() -> None:
         assert err["code"] == 504 and "stalled" in err["message"]
         assert 0.5 <= took < 3.0
         assert r.engine("spec0").last_error == "idle_timeout"
+
+
+async def test_one_engine_known_down_and_the_other_unreachable_is_503_not_502() -> None:
+    async with rig(retry={"failures_to_unhealthy": 1, "cooldown_s": 30.0}) as r, aiohttp.ClientSession() as s:
+        r.faults(SPEC, error_rate=1.0)
+        assert (await post(s, r.url("/v1/chat/completions"), SPEC_REQ)).headers[
+            "x-specgate-reason"
+        ] == "failover"
+        assert not r.engine("spec0").healthy()  # taken out passively
+        await r.crash(BASE)
+        reply = await post(s, r.url("/v1/chat/completions"), SPEC_REQ)
+        assert reply.status == 503 and reply.json()["error"]["code"] == "no_engine_available"
+        assert reply.headers["retry-after"] == "1"

@@ -114,6 +114,8 @@ def _scrape_sink(rt: EngineRuntime) -> Callable[[Any], None]:
             mean_acceptance_length=w.mean_acceptance_length if w else None,
             per_position=tuple(w.per_position) if w and w.per_position else None,
             tpot_s=w.tpot_s if w else None,
+            step_s=w.step_s if w else None,
+            tokens_per_step=w.tokens_per_step if w else None,
         )
 
     return update

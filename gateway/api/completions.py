@@ -25,11 +25,19 @@ from gateway.telemetry.hooks import RequestTelemetry
 log = logging.getLogger(__name__)
 
 
+BODY_TIMEOUT_S = 30.0  # a client trickling its body must not hold a concurrency slot for ever
+
+
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
     try:
-        return await request.read()
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            return await request.read()
+    except TimeoutError:
+        raise ApiError(
+            408, f"request body not received within {BODY_TIMEOUT_S:g} s", code="request_timeout"
+        ) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large") from None
 

@@ -253,3 +253,26 @@ async def test_a_client_reset_during_a_write_is_not_logged_as_a_server_error(
         await gw.close()
     errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
     assert not errors, [rec.getMessage() for rec in errors]
+
+
+async def test_a_client_trickling_its_body_times_out_and_frees_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gateway.api import completions
+
+    monkeypatch.setattr(completions, "BODY_TIMEOUT_S", 0.5)
+    async with rig(server={"max_concurrency": 1}) as r, aiohttp.ClientSession() as s:
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.gateway.port)
+        try:
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"model"'
+            )
+            await writer.drain()
+            await until(lambda: r.state.inflight == 1, 5, "slow request holds the only slot")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 408")
+        finally:
+            writer.close()
+        assert r.state.inflight == 0
+        assert (await post(s, r.url("/v1/chat/completions"), chat(max_tokens=3))).status == 200

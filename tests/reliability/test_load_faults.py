@@ -276,3 +276,40 @@ async def test_a_client_trickling_its_body_times_out_and_frees_its_slot(
             writer.close()
         assert r.state.inflight == 0
         assert (await post(s, r.url("/v1/chat/completions"), chat(max_tokens=3))).status == 200
+
+
+async def test_an_engine_event_that_never_ends_is_cut_at_a_bound() -> None:
+    closed = asyncio.Event()
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse()
+        resp.content_type = "text/event-stream"
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
+        try:
+            for _ in range(10_000):  # up to ~640 MB without an event boundary
+                await resp.write(b"data: " + b"z" * 65_536)
+        except (ConnectionResetError, asyncio.CancelledError):
+            closed.set()
+            raise
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", endless)
+    up = TestServer(app)
+    await up.start_server()
+    url = str(up.make_url("")).rstrip("/")
+    gw = TestServer(build_app(gateway_config(url, url, scrape={"enabled": False})))
+    await gw.start_server()
+    try:
+        async with aiohttp.ClientSession() as s:
+            reply = await post(s, str(gw.make_url("/v1/chat/completions")), {**chat(), "stream": True})
+        assert reply.status == 200
+        assert reply.events[-1] == b"data: [DONE]"
+        assert b"broke off" in reply.events[-2]
+        assert len(reply.body) < 1 << 20  # the giant event never reached the client
+        await asyncio.wait_for(closed.wait(), 10)  # and the engine's stream was closed
+    finally:
+        await gw.close()
+        await up.close()

@@ -318,8 +318,12 @@ async def run_policy(
                             fh.write(pages[e.name])
                 with open(os.path.join(out, "state", f"{ptag}.json"), "w") as fh:  # noqa: ASYNC230
                     fh.write(state)
-                with open(os.path.join(out, "requests.csv"), "a", newline="") as fh:  # noqa: ASYNC230
+                csv_path = os.path.join(out, "requests.csv")
+                fresh = not os.path.exists(csv_path)  # noqa: ASYNC240
+                with open(csv_path, "a", newline="") as fh:  # noqa: ASYNC230
                     w = csv.DictWriter(fh, fieldnames=["point", *CSV_FIELDS])
+                    if fresh:
+                        w.writeheader()
                     for r in recs:
                         w.writerow({"point": ptag, **r.row()})
                 sm = summarize(recs, args.measure)

@@ -96,6 +96,8 @@ class AdaptivePolicy:
         # Live corrections (multiplicative, 1 = the model is right).
         self.live_ratio = 1.0
         self.live_measured = False
+        self.q_ratio = 1.0  # live drafted tokens per step ÷ expected (n-gram drafts only on a match)
+        self._expected_q: float | None = None
         self.scale_spec = 1.0
         self.scale_base = 1.0
         self._expected_al: float | None = None  # expected AL over drafted steps of spec traffic
@@ -152,7 +154,7 @@ class AdaptivePolicy:
             else:
                 reason = "high_load" if self._regime(1.0).speedup > threshold else "low_acceptance"
         if route is Route.SPEC:
-            self._track_expected(blended, p_draft)
+            self._track_expected(blended, p_draft, q)
         own = costs.base_ms / (costs.spec_ms / self._inv_e_mix() / e) if costs.spec_ms > 0 else 1.0
         d = decide_route(
             pair,
@@ -210,8 +212,10 @@ class AdaptivePolicy:
         return sum(1.0 / self._corrected(b) for _, b, _ in self._mix) / len(self._mix)
 
     def _q_mix(self) -> float:
+        """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
         mix = self._mix
-        return sum(x[2] for x in mix) / len(mix) if mix else float(self.k + 1)
+        q = sum(x[2] for x in mix) / len(mix) if mix else float(self.k + 1)
+        return 1.0 + (q - 1.0) * self.q_ratio
 
     def _regime(self, load: float) -> RegimeCosts:
         return regime_costs(
@@ -226,7 +230,7 @@ class AdaptivePolicy:
             k=self.k,
         )
 
-    def _track_expected(self, blended: float, p_draft: float) -> None:
+    def _track_expected(self, blended: float, p_draft: float, q: float) -> None:
         """What the router expects the spec engine to measure of the traffic it sends.
 
         The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
@@ -237,6 +241,8 @@ class AdaptivePolicy:
         self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
         inv = 1.0 / blended
         self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
+        old_q = self._expected_q
+        self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
 
     # -- live corrections -----------------------------------------------------------
     def _refresh_live(self, pair: PairView, now: float) -> None:
@@ -250,6 +256,11 @@ class AdaptivePolicy:
             self.live_measured = True
         else:
             self.live_ratio = _toward(self.live_ratio, 1.0, dt, _UNKNOWN_DECAY_S)
+        q_raw = self._live_q_ratio(spec)
+        if q_raw is not None:
+            self.q_ratio = _toward(self.q_ratio, q_raw, dt, self.cfg.live_half_life_s)
+        else:
+            self.q_ratio = _toward(self.q_ratio, 1.0, dt, _UNKNOWN_DECAY_S)
         if self.cfg.fit_step_times:
             self._fit_steps(spec, base, now)
 
@@ -265,6 +276,18 @@ class AdaptivePolicy:
         if al is not None and self._expected_al is not None and self._expected_al > 1.02:
             return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
         return None
+
+    def _live_q_ratio(self, spec: EngineView) -> float | None:
+        """Drafted tokens per step measured on the spec engine ÷ expected of its traffic.
+
+        From the counters: accepted/step = E − 1 and accepted/draft token = rate, so draft
+        tokens/step = (E − 1) / rate.
+        """
+        tps, rate, exp_q = spec.tokens_per_step, spec.acceptance_rate, self._expected_q
+        if spec.stale or tps is None or not rate or rate <= 0 or exp_q is None or exp_q <= 1.02:
+            return None
+        drafted = (tps - 1.0) / rate
+        return min(4.0, max(0.05, drafted / (exp_q - 1.0)))
 
     def _fit_steps(self, spec: EngineView, base: EngineView, now: float) -> None:
         """Scale the profile by measured step time (windowed inter-token latency) ÷ predicted.
@@ -354,6 +377,7 @@ class AdaptivePolicy:
             "mix_tokens_per_step": round(1.0 / self._inv_e_mix(), 4),
             "mix_verified_tokens_per_step": round(self._q_mix(), 4),
             "live_acceptance_ratio": round(self.live_ratio, 4),
+            "live_draft_ratio": round(self.q_ratio, 4),
             "step_scale": {"spec": round(self.scale_spec, 4), "base": round(self.scale_base, 4)},
             "learned": self.learner.snapshot(now),
             "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,

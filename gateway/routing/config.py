@@ -37,7 +37,13 @@ class RoutingConfig(BaseModel):
         description="band around 1 + margin: the model leaves speculation below 1 + margin - band "
         "and comes back above 1 + margin + band",
     )
-    min_dwell_s: float = Field(15.0, ge=0.0, le=3600.0, description="minimum time between mode flips")
+    min_dwell_s: float = Field(
+        30.0,
+        ge=0.0,
+        le=3600.0,
+        description="minimum time between mode flips (a flip leaves the old engine's requests running "
+        "beside the new one's, which slows both while they drain; it must pay for that)",
+    )
     smoothing_s: float = Field(
         10.0,
         gt=0.0,

@@ -33,6 +33,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per point")
     parser.add_argument("--seed", type=int, default=1, help="workload and arrival seed")
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=15.0,
+        help="seconds at the start (engines idle) whose arrivals are simulated but not measured",
+    )
+    parser.add_argument(
         "--mix",
         default=None,
         help="workload kind mix, e.g. 'edit=0.4,summary=0.2,rag=0.1,chat=0.3' (corpus default)",
@@ -79,6 +85,7 @@ def run_schedule(
             k=args.k,
             routing=routing if p == "adaptive" else {},
             schedule=phases,
+            warmup_s=args.warmup,
         )
         res = simulate(cfg)
         results.append(res)
@@ -134,6 +141,7 @@ def main(args: argparse.Namespace) -> int:
             method=args.method,
             k=args.k,
             routing=routing if p == "adaptive" else {},
+            warmup_s=args.warmup,
         )
         for q in qps
         for p in policies
@@ -170,6 +178,7 @@ def main(args: argparse.Namespace) -> int:
         "method": args.method,
         "k": args.k,
         "routing": routing,
+        "warmup_s": args.warmup,
         "wall_s": round(time.monotonic() - t0, 1),
     }
     write_csv(rows, out / "results.csv")

@@ -98,7 +98,8 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
         ax.set_xlabel("QPS")
         ax.set_title(label)
         ax.grid(True, alpha=0.3)
-        if key == "mean_ttft_ms":
+        ys = [float(r[key]) for r in rows]
+        if key == "mean_ttft_ms" and any(y > 0 for y in ys if not math.isnan(y)):
             ax.set_yscale("log")
     axes[0].legend()
     fig.suptitle(title)

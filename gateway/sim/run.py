@@ -32,6 +32,9 @@ class SimConfig:
     k: int = 5
     max_tokens_cap: int = 1024
     drain_s: float = 300.0  # stop this long after the last arrival even if requests remain
+    # Requests arriving before this are run but left out of the summary (the run starts
+    # from idle engines; every policy is measured on the same later arrivals).
+    warmup_s: float = 15.0
     # Optional time-varying load: ((qps, seconds), ...) phases replacing qps/duration_s.
     schedule: tuple[tuple[float, float], ...] = ()
     routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
@@ -60,14 +63,16 @@ class SimResult:
     policy_state: dict[str, object]
     sim_end: float
 
-    def summary(self) -> dict[str, float | int | str]:
-        done = [r for r in self.records if r.finished_at is not None]
+    def summary(self, warmup_s: float | None = None) -> dict[str, float | int | str]:
+        w = self.config.warmup_s if warmup_s is None else warmup_s
+        records = [r for r in self.records if r.arrival >= w]
+        done = [r for r in records if r.finished_at is not None]
         tpots = sorted(r.tpot_s for r in done if r.tpot_s is not None)
         ttfts = sorted(r.ttft_s for r in done if r.ttft_s is not None)
         toks = sum(r.output_tokens for r in done)
-        span = max((r.finished_at or 0.0) for r in done) if done else 0.0
-        n = len(self.records)
-        spec = sum(1 for r in self.records if r.route == "spec")
+        span = max((r.finished_at or 0.0) for r in done) - w if done else 0.0
+        n = len(records)
+        spec = sum(1 for r in records if r.route == "spec")
         return {
             "policy": self.config.policy,
             "qps": self.config.qps,
@@ -79,7 +84,7 @@ class SimResult:
             "p99_ttft_ms": 1e3 * _pct(ttfts, 0.99),
             "output_tok_s": toks / span if span > 0 else 0.0,
             "spec_share": spec / n if n else 0.0,
-            "probe_share": sum(1 for r in self.records if r.probe) / n if n else 0.0,
+            "probe_share": sum(1 for r in records if r.probe) / n if n else 0.0,
         }
 
 
@@ -119,7 +124,7 @@ def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
     for qps, length in result.config.schedule:
         recs = [r for r in result.records if start <= r.arrival < start + length]
         sub = SimResult(replace(result.config, qps=qps), recs, {}, result.sim_end)
-        row = sub.summary()
+        row = sub.summary(warmup_s=0.0)
         row["phase_start_s"] = start
         out.append(row)
         start += length
@@ -131,6 +136,8 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     rcfg = RoutingConfig.model_validate({"policy": cfg.policy, "profile": cfg.profile, **cfg.routing})
     policy = build_policy(rcfg)
     spec_cfg = parse_spec_config({"method": cfg.method, "num_speculative_tokens": cfg.k})
+    assert spec_cfg is not None
+    lk_min, lk_max = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
     device = Device("gpu0")
     obs_s, obs_b = ItlObserver(), ItlObserver()
     spec_eng = device.attach(
@@ -183,7 +190,9 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
                 completion_tokens=n,
                 ttft_s=rec.ttft_s,
                 tpot_s=rec.tpot_s,
-                lookup_acceptance=realised_lookup_acceptance(wr.prompt_text, "".join(req.output), k=cfg.k),
+                lookup_acceptance=realised_lookup_acceptance(
+                    wr.prompt_text, "".join(req.output), k=cfg.k, n_min=lk_min, n_max=lk_max
+                ),
                 reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
                 probe=rec.probe,
             ),

@@ -47,5 +47,5 @@ def test_realised_lookup_acceptance() -> None:
     high = realised_lookup_acceptance(CODE, copy)
     low = realised_lookup_acceptance(CODE, "The sky is blue because of Rayleigh scattering of sunlight.")
     assert high is not None and low is not None
-    assert high > 0.5 > low
+    assert high > 0.15 > low  # per step over the whole answer, n-grams of 5 (vLLM's default)
     assert realised_lookup_acceptance(CODE, "") is None

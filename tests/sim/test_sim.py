@@ -11,8 +11,8 @@ from gateway.sim.run import arrivals
 
 
 def test_static_policies_route_as_named() -> None:
-    spec = simulate(SimConfig(qps=2, policy="always-spec", duration_s=8))
-    base = simulate(SimConfig(qps=2, policy="always-base", duration_s=8))
+    spec = simulate(SimConfig(qps=2, policy="always-spec", duration_s=8, warmup_s=0))
+    base = simulate(SimConfig(qps=2, policy="always-base", duration_s=8, warmup_s=0))
     assert spec.summary()["spec_share"] == 1.0 and base.summary()["spec_share"] == 0.0
     s = base.summary()
     assert s["finished"] == s["requests"] > 0
@@ -20,14 +20,14 @@ def test_static_policies_route_as_named() -> None:
 
 
 def test_runs_are_paired_and_deterministic() -> None:
-    cfg = SimConfig(qps=3, policy="adaptive", duration_s=6)
+    cfg = SimConfig(qps=3, policy="adaptive", duration_s=6, warmup_s=0)
     assert [t for t, _ in arrivals(cfg)] == [t for t, _ in arrivals(SimConfig(qps=3, duration_s=6))]
     a, b = simulate(cfg).summary(), simulate(cfg).summary()
     assert a == b
 
 
 def test_copy_heavy_low_load_goes_to_spec_and_is_faster() -> None:
-    kw = {"qps": 1.0, "duration_s": 15, "mix": "edit=1", "temperature": "0"}
+    kw = {"qps": 1.0, "duration_s": 15, "mix": "edit=1", "temperature": "0", "warmup_s": 0}
     ad = simulate(SimConfig(policy="adaptive", **kw)).summary()  # type: ignore[arg-type]
     base = simulate(SimConfig(policy="always-base", **kw)).summary()  # type: ignore[arg-type]
     assert float(ad["spec_share"]) > 0.9
@@ -35,14 +35,16 @@ def test_copy_heavy_low_load_goes_to_spec_and_is_faster() -> None:
 
 
 def test_open_chat_at_high_temperature_stays_plain() -> None:
-    r = simulate(SimConfig(qps=2, policy="adaptive", duration_s=10, mix="chat=1", temperature="1.0"))
+    r = simulate(
+        SimConfig(qps=2, policy="adaptive", duration_s=10, mix="chat=1", temperature="1.0", warmup_s=0)
+    )
     assert float(r.summary()["spec_share"]) < 0.1
 
 
 def test_cli_writes_outputs(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     cli_simulate.configure(parser)
-    args = parser.parse_args(["--qps", "1,3", "--duration", "4", "--out", str(tmp_path)])
+    args = parser.parse_args(["--qps", "1,3", "--duration", "4", "--warmup", "0", "--out", str(tmp_path)])
     assert cli_simulate.main(args) == 0
     for name in ("results.csv", "results.json", "results.md", "results.png"):
         assert (tmp_path / name).stat().st_size > 0

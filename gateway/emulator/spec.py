@@ -126,9 +126,11 @@ def parse_spec_config(raw: str | dict[str, Any] | None) -> SpecConfig | None:
     assert lo is not None and hi is not None
     if lo > hi:
         raise SpecConfigError("prompt_lookup_min must be <= prompt_lookup_max")
-    rsm = data.get("rejection_sample_method", "standard")
-    if rsm not in ("standard", "synthetic"):
-        raise SpecConfigError("rejection_sample_method must be 'standard' or 'synthetic'")
+    # vLLM 0.20.2 accepts strict (its default), probabilistic and synthetic; "standard" is kept
+    # as an alias of strict for configs written against the design brief.
+    rsm = data.get("rejection_sample_method", "strict")
+    if rsm not in ("strict", "probabilistic", "standard", "synthetic"):
+        raise SpecConfigError("rejection_sample_method must be 'strict', 'probabilistic' or 'synthetic'")
     rates_raw = data.get("synthetic_acceptance_rates")
     rates: tuple[float, ...] = ()
     if rates_raw is not None:

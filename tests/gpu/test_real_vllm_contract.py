@@ -219,3 +219,25 @@ def test_real_stream_shape_and_usage_harvest(engine: str) -> None:
         assert got > 0 and h.error is None
         assert h.completion_tokens == objs[-1]["usage"]["completion_tokens"]
         assert h.prompt_tokens == objs[-1]["usage"]["prompt_tokens"]
+
+
+@pytest.mark.parametrize("engine", list(SPEC_ENGINES))
+def test_emulator_accepts_the_speculative_configs_real_vllm_accepted(engine: str) -> None:
+    from gateway.emulator.spec import parse_spec_config
+
+    cfg = dict(_probe()[engine]["spec"])  # as started on the GPU, minus the draft folder
+    if cfg["method"] != "ngram":
+        cfg["model"] = "/models/draft"
+    sc = parse_spec_config(cfg)
+    assert sc.k == SPEC_ENGINES[engine][0]
+    assert sc.synthetic == (cfg.get("rejection_sample_method") == "synthetic")
+
+
+@pytest.mark.parametrize("method", ["strict", "probabilistic"])
+def test_emulator_accepts_vllm_rejection_sample_methods(method: str) -> None:
+    from gateway.emulator.spec import parse_spec_config
+
+    sc = parse_spec_config(
+        {"method": "eagle3", "model": "x", "num_speculative_tokens": 3, "rejection_sample_method": method}
+    )
+    assert not sc.synthetic and sc.k == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import os
 import random
 import shlex
@@ -89,6 +90,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttft-slo-ms", type=float, default=3000.0, help="goodput: TTFT at or below this")
     p.add_argument("--out", default="out/bench", help="output directory (default %(default)s)")
     p.add_argument("--update-readme", metavar="README", help="replace the bench section of this README")
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="run nothing: rewrite the outputs (and --update-readme) from a results.json of an earlier run",
+    )
 
 
 def window_s(args: argparse.Namespace, qps: float) -> float:
@@ -254,6 +260,14 @@ def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) 
             markdown_table(rows),
             "",
             f"![TPOT and throughput vs QPS]({png})",
+            "",
+            "Columns: TPOT = (e2e − TTFT)/(tokens − 1) per request; output tok/s delivered inside the "
+            "window; goodput = requests/s meeting TPOT ≤ "
+            f"{meta['tpot_slo_ms']:g} ms and TTFT ≤ {meta['ttft_slo_ms']:g} ms; per-kind route shares and "
+            "decision reasons are in `results.json`. To load-test a deployment yourself: the Locust kit "
+            "(`loadtests/locustfile.py`) and vLLM's own client (`loadtests/vllm_bench.sh`; a recorded run "
+            "through the gateway is in `loadtests/results/vllm-bench-emulated.txt`); see "
+            "[loadtests/README.md](loadtests/README.md).",
         ]
     )
 
@@ -300,7 +314,29 @@ async def _sweep(
     return rows
 
 
+def _publish(args: argparse.Namespace, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    paths = write_all(args.out, meta, rows)
+    print(markdown_table(rows))
+    print("wrote " + ", ".join(paths.values()))
+    if args.update_readme:
+        png = os.path.relpath(paths["png"], os.path.dirname(os.path.abspath(args.update_readme)) or ".")
+        if not update_readme(args.update_readme, _readme_section(meta, rows, png)):
+            print(
+                f"warning: no {README_BEGIN} … {README_END} section in {args.update_readme}", file=sys.stderr
+            )
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.from_json:
+        try:
+            with open(args.from_json, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            meta, rows = doc["meta"], doc["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: cannot read {args.from_json}: {exc}", file=sys.stderr)
+            return 2
+        _publish(args, meta, rows)
+        return 0
     try:
         policies, points, fixed_scale = _validate(args)
     except ValueError as exc:
@@ -335,13 +371,5 @@ def main(args: argparse.Namespace) -> int:
         "wall_s": round(time.monotonic() - t_start, 1),
         "units": "emulated seconds (wall / time_scale)",
     }
-    paths = write_all(args.out, meta, rows)
-    print(markdown_table(rows))
-    print("wrote " + ", ".join(paths.values()))
-    if args.update_readme:
-        png = os.path.relpath(paths["png"], os.path.dirname(os.path.abspath(args.update_readme)) or ".")
-        if not update_readme(args.update_readme, _readme_section(meta, rows, png)):
-            print(
-                f"warning: no {README_BEGIN} … {README_END} section in {args.update_readme}", file=sys.stderr
-            )
+    _publish(args, meta, rows)
     return 0

@@ -120,3 +120,34 @@ def test_update_readme(tmp_path: Path) -> None:
     other = tmp_path / "OTHER.md"
     other.write_text("no markers\n")
     assert not cli_bench.update_readme(str(other), "x") and other.read_text() == "no markers\n"
+
+
+def test_from_json_republishes_without_running(tmp_path: Path) -> None:
+    meta = {
+        "command": "specgate bench",
+        "date": "d",
+        "mix_desc": "mix",
+        "temperature": "0",
+        "duration_s": 8,
+        "min_requests": 24,
+        "warmup_s": 3,
+        "tpot_slo_ms": 30,
+        "ttft_slo_ms": 3000,
+        "title": "t",
+    }
+    src = tmp_path / "old"
+    write_all(str(src), meta, _rows())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{cli_bench.README_BEGIN}\n{cli_bench.README_END}\n")
+    p = argparse.ArgumentParser()
+    cli_bench.configure(p)
+    out = tmp_path / "new"
+    args = p.parse_args(
+        ["--from-json", str(src / "results.json"), "--out", str(out), "--update-readme", str(readme)]
+    )
+    assert cli_bench.main(args) == 0
+    text = readme.read_text()
+    assert "| adaptive | 4 |" in text and "new/tpot_throughput_vs_qps.png" in text
+    assert (out / "results.csv").exists()
+    bad = p.parse_args(["--from-json", str(tmp_path / "missing.json")])
+    assert cli_bench.main(bad) == 2

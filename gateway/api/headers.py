@@ -67,31 +67,34 @@ def request_id(value: str | None) -> str:
     return new_request_id()
 
 
-def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
-    out: set[str] = set()
-    for key, value in headers.items():
-        if key.lower() == "connection":
-            out.update(t.strip().lower() for t in value.split(",") if t.strip())
-    return out
+def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
+    value = headers.get("Connection") or headers.get("connection")
+    if not value:
+        return frozenset()
+    return frozenset(t.strip().lower() for t in value.split(",") if t.strip())
 
 
-def _filtered(items: Iterable[tuple[str, str]], drop: set[str]) -> CIMultiDict[str]:
+def _filtered(
+    items: Iterable[tuple[str, str]], drop: frozenset[str], extra: frozenset[str]
+) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     for k, v in items:
         lk = k.lower()
-        if lk in drop or lk.startswith(("proxy-", "x-specgate-")):
+        if lk in drop or lk in extra or lk.startswith(("proxy-", "x-specgate-")):
             continue
         out.add(k, v)
     return out
 
 
+_UP_DROP = HOP_BY_HOP | _NOT_UPSTREAM | {REQUEST_ID, "content-type"}
+_DOWN_DROP = HOP_BY_HOP | _NOT_DOWNSTREAM | {REQUEST_ID, "content-type"}
+
+
 def upstream_headers(client: Mapping[str, str]) -> CIMultiDict[str]:
     """End-to-end client headers to forward (no hop-by-hop, no credentials, no framing)."""
-    drop = set(HOP_BY_HOP) | _NOT_UPSTREAM | _connection_tokens(client) | {REQUEST_ID, "content-type"}
-    return _filtered(client.items(), drop)
+    return _filtered(client.items(), _UP_DROP, _connection_tokens(client))
 
 
 def downstream_headers(engine: Mapping[str, str]) -> CIMultiDict[str]:
     """Engine response headers to copy to the client."""
-    drop = set(HOP_BY_HOP) | _NOT_DOWNSTREAM | _connection_tokens(engine) | {REQUEST_ID, "content-type"}
-    return _filtered(engine.items(), drop)
+    return _filtered(engine.items(), _DOWN_DROP, _connection_tokens(engine))

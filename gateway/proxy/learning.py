@@ -14,16 +14,19 @@ from gateway.routing.types import Decision, Outcome, RequestFeatures
 log = logging.getLogger(__name__)
 
 INLINE_LOOKUP_CHARS = 8 * 1024  # prompt+completion below this: compute on the loop
-LOOKUP_SAMPLES_PER_S = 20.0  # realised-lookup computations per second per model, at most
+# Realised-lookup computations per second per model, at most (each costs ~0.1-0.5 ms of CPU
+# for answers of a few hundred tokens); the burst lets low-traffic gateways learn from every answer.
+LOOKUP_SAMPLES_PER_S = 5.0
+LOOKUP_BURST = 20.0
 
 
 class SampleBudget:
     """Token bucket bounding how often the (CPU-costly) realised lookup is computed, so
     learning stays a small, fixed share of the gateway's CPU at any request rate."""
 
-    def __init__(self, rate: float = LOOKUP_SAMPLES_PER_S, burst: float | None = None) -> None:
+    def __init__(self, rate: float = LOOKUP_SAMPLES_PER_S, burst: float = LOOKUP_BURST) -> None:
         self.rate = rate
-        self.burst = burst if burst is not None else max(1.0, rate)
+        self.burst = max(1.0, burst)
         self.tokens = self.burst
         self.last = time.monotonic()
 

@@ -31,8 +31,10 @@ from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_he
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.sse import DONE, Harvest, error_event, model_patterns, rewrite_model
-from gateway.routing.types import Decision, Route
+from gateway.proxy.result import ProxyResult, Retryable
+from gateway.proxy.sse import model_patterns, rewrite_model
+from gateway.proxy.stream import StreamRelay
+from gateway.routing.types import Decision
 from gateway.telemetry.hooks import RequestTelemetry
 
 log = logging.getLogger(__name__)
@@ -44,32 +46,8 @@ _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
 
 
-class _Retryable(Exception):
-    """An attempt failed before any byte reached the client."""
-
-    def __init__(self, error: str, response: web.StreamResponse) -> None:
-        super().__init__(error)
-        self.error = error
-        self.response = response  # what the client gets if no retry happens
-
-
 @dataclass(slots=True)
-class ProxyResult:
-    response: web.StreamResponse
-    engine: str | None = None
-    route: Route | None = None
-    reason: str | None = None
-    status: int = 0
-    ok: bool = False
-    error: str | None = None
-    retried: bool = False
-    harvest: Harvest = field(default_factory=Harvest)
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-
-
-@dataclass(slots=True)
-class ProxyCall:
+class ProxyCall(StreamRelay):
     request: web.Request
     body: dict[str, Any]
     endpoint: str
@@ -104,7 +82,7 @@ class ProxyCall:
                 with rt.track():
                     await self._attempt(rt, attempt, deadline, result)
                 return result
-            except _Retryable as exc:
+            except Retryable as exc:
                 self.telemetry.upstream_failed(name, exc.error, not last)
                 log.warning(
                     "engine %s failed before the first byte (%s)%s",
@@ -160,7 +138,7 @@ class ProxyCall:
 
     def _fail(
         self, rt: EngineRuntime, error: str, status: int, message: str, reason: str | None
-    ) -> _Retryable:
+    ) -> Retryable:
         rt.record_failure(error)
         code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
         err = ApiError(status, message, code=code)
@@ -171,7 +149,7 @@ class ProxyCall:
             content_type="application/json",
             headers=headers,
         )
-        return _Retryable(error, resp)
+        return Retryable(error, resp)
 
     async def _attempt(self, rt: EngineRuntime, attempt: int, deadline: float, result: ProxyResult) -> None:
         loop = asyncio.get_running_loop()
@@ -260,7 +238,7 @@ class ProxyCall:
                 content_type="application/json",
                 headers=headers,
             )
-        raise _Retryable("status_5xx", out)
+        raise Retryable("status_5xx", out)
 
     # -- non-streaming ---------------------------------------------------------------
     async def _relay_body(
@@ -315,159 +293,11 @@ class ProxyCall:
             result.error = f"status_{resp.status}"
 
     # -- streaming ---------------------------------------------------------------------
-    async def _relay_stream(
-        self,
-        rt: EngineRuntime,
-        resp: aiohttp.ClientResponse,
-        first_deadline: float,
-        deadline: float,
-        result: ProxyResult,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        t = self.model.timeouts
-        content = resp.content
-        # Wait for the first bytes before answering the client: until then a failure
-        # can still move the request to the sibling engine.
-        try:
-            async with asyncio.timeout_at(first_deadline):
-                chunk = await content.readany()
-        except TimeoutError:
-            raise self._fail(
-                rt, "first_byte_timeout", 504, f"engine {rt.name} sent no event in time", result.reason
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._fail(
-                rt,
-                "disconnected",
-                502,
-                f"engine {rt.name} dropped the stream ({type(exc).__name__})",
-                result.reason,
-            ) from None
-        if not chunk:
-            raise self._fail(rt, "disconnected", 502, f"engine {rt.name} closed the stream", result.reason)
-
-        out = web.StreamResponse(status=200, headers=self._client_headers(rt, result.reason))
-        out.headers.update(downstream_headers(resp.headers))
-        out.content_type = "text/event-stream"
-        out.headers["Cache-Control"] = "no-cache"
-        out.headers["X-Accel-Buffering"] = "no"
-        result.response = out
-        result.status = 200
-        await out.prepare(self.request)
-
-        patterns = model_patterns(rt.config.served_model_name, self.client_model)
-        harvest = result.harvest
-        swallow_usage = not self.include_usage
-        buf = b""
-        saw_done = False
-        broken: str | None = None
-        try:
-            async with asyncio.timeout(None) as tm:
-                while True:
-                    buf += chunk
-                    parts = buf.split(b"\n\n")
-                    buf = parts.pop()
-                    if len(buf) > MAX_SSE_EVENT:  # an engine that never ends its event: bounded memory
-                        broken = "oversized_event"
-                        break
-                    if parts:
-                        pieces: list[bytes] = []
-                        for ev in parts:
-                            piece, done = self._event(ev, patterns, harvest, swallow_usage, result, loop)
-                            if piece:
-                                pieces.append(piece)
-                            saw_done = saw_done or done
-                        if pieces:
-                            await out.write(b"".join(pieces))
-                    if saw_done:
-                        break
-                    tm.reschedule(min(deadline, loop.time() + t.idle_s))
-                    chunk = await content.readany()
-                    if not chunk:
-                        break
-        except TimeoutError:
-            broken = "total_timeout" if loop.time() >= deadline else "idle_timeout"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectionResetError):
-                raise  # the client went away (raised by our write)
-            broken = "disconnected"
-        if broken is None and not saw_done:
-            if buf.strip():
-                piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop)
-                if piece:
-                    await out.write(piece)
-            if not saw_done and harvest.error is None:
-                broken = "truncated"
-        if broken is not None:
-            rt.record_failure(broken)
-            result.error = broken
-            try:
-                self.telemetry.upstream_failed(rt.name, broken, False)
-            except Exception:
-                log.exception("telemetry upstream_failed failed")
-            msg = {
-                "idle_timeout": f"engine {rt.name} stalled mid-stream",
-                "total_timeout": "request exceeded its total time limit",
-            }.get(broken, f"engine {rt.name} broke off the stream")
-            await out.write(error_event(msg, 504 if "timeout" in broken else 502) + DONE)
-        elif not saw_done:
-            await out.write(DONE)  # the engine sent an error event and stopped
-        await out.write_eof()
-        if saw_done:
-            await _drain(content)
-        result.ok = broken is None and harvest.error is None
-        if harvest.error is not None and result.error is None:
-            result.error = harvest.error
-
-    def _event(
-        self,
-        ev: bytes,
-        patterns: list[tuple[bytes, bytes]],
-        harvest: Harvest,
-        swallow_usage: bool,
-        result: ProxyResult,
-        loop: asyncio.AbstractEventLoop,
-    ) -> tuple[bytes, bool]:
-        """One SSE event → (bytes to send, saw [DONE])."""
-        if ev.startswith(b"data:"):
-            data = ev[5:].strip()
-            if data == b"[DONE]":
-                return DONE, True
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                return ev + b"\n\n", False
-            if not isinstance(obj, dict):
-                return ev + b"\n\n", False
-            if harvest.take(obj):
-                now = time.monotonic()
-                if result.first_token_at is None:
-                    result.first_token_at = now
-                    try:
-                        self.telemetry.first_token()
-                    except Exception:
-                        log.exception("telemetry first_token failed")
-                result.last_token_at = now
-            if swallow_usage and obj.get("choices") == [] and "usage" in obj:
-                return b"", False
-            return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
-        return ev + b"\n\n", False
 
 
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s)
-
-
-async def _drain(content: aiohttp.StreamReader) -> None:
-    """Read the end of a finished stream (the chunked terminator) so the connection is reused."""
-    try:
-        async with asyncio.timeout(1.0):
-            for _ in range(4):
-                if content.is_eof() or not await content.readany():
-                    return
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return
 
 
 def _is_json_error(body: bytes) -> bool:

@@ -7,7 +7,7 @@ import logging
 import time
 
 from gateway.engines.runtime import ModelRuntime
-from gateway.proxy.forward import ProxyResult
+from gateway.proxy.result import ProxyResult
 from gateway.routing.overlap import realised_lookup_acceptance
 from gateway.routing.types import Decision, Outcome, RequestFeatures
 

@@ -1,0 +1,198 @@
+"""Relay a server-sent event stream from an engine to the client, event by event.
+
+Events are relayed as they arrive (never buffered beyond what one read returned), the
+``model`` field is rewritten back to the client's name, the usage chunk the gateway asked
+for on the client's behalf is dropped, and a stream that breaks after bytes reached the
+client ends with ``data: {"error": ...}`` and ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.api.headers import downstream_headers
+from gateway.config.models import ModelConfig
+from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.result import ProxyResult, Retryable
+from gateway.proxy.sse import DONE, Harvest, error_event, model_patterns, rewrite_model
+from gateway.telemetry.hooks import RequestTelemetry
+
+log = logging.getLogger(__name__)
+
+MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
+
+
+class StreamRelay:
+    """Mixin of :class:`gateway.proxy.forward.ProxyCall`: the streaming half of an attempt."""
+
+    __slots__ = ()
+
+    request: web.Request
+    client_model: str
+    include_usage: bool
+    model: ModelConfig
+    telemetry: RequestTelemetry
+
+    def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
+        raise NotImplementedError
+
+    def _fail(
+        self, rt: EngineRuntime, error: str, status: int, message: str, reason: str | None
+    ) -> Retryable:
+        raise NotImplementedError
+
+    async def _relay_stream(
+        self,
+        rt: EngineRuntime,
+        resp: aiohttp.ClientResponse,
+        first_deadline: float,
+        deadline: float,
+        result: ProxyResult,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        t = self.model.timeouts
+        content = resp.content
+        # Wait for the first bytes before answering the client: until then a failure
+        # can still move the request to the sibling engine.
+        try:
+            async with asyncio.timeout_at(first_deadline):
+                chunk = await content.readany()
+        except TimeoutError:
+            raise self._fail(
+                rt, "first_byte_timeout", 504, f"engine {rt.name} sent no event in time", result.reason
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                rt,
+                "disconnected",
+                502,
+                f"engine {rt.name} dropped the stream ({type(exc).__name__})",
+                result.reason,
+            ) from None
+        if not chunk:
+            raise self._fail(rt, "disconnected", 502, f"engine {rt.name} closed the stream", result.reason)
+
+        out = web.StreamResponse(status=200, headers=self._client_headers(rt, result.reason))
+        out.headers.update(downstream_headers(resp.headers))
+        out.content_type = "text/event-stream"
+        out.headers["Cache-Control"] = "no-cache"
+        out.headers["X-Accel-Buffering"] = "no"
+        result.response = out
+        result.status = 200
+        await out.prepare(self.request)
+
+        patterns = model_patterns(rt.config.served_model_name, self.client_model)
+        harvest = result.harvest
+        swallow_usage = not self.include_usage
+        buf = b""
+        saw_done = False
+        broken: str | None = None
+        try:
+            async with asyncio.timeout(None) as tm:
+                while True:
+                    buf += chunk
+                    parts = buf.split(b"\n\n")
+                    buf = parts.pop()
+                    if len(buf) > MAX_SSE_EVENT:  # an engine that never ends its event: bounded memory
+                        broken = "oversized_event"
+                        break
+                    if parts:
+                        pieces: list[bytes] = []
+                        for ev in parts:
+                            piece, done = self._event(ev, patterns, harvest, swallow_usage, result, loop)
+                            if piece:
+                                pieces.append(piece)
+                            saw_done = saw_done or done
+                        if pieces:
+                            await out.write(b"".join(pieces))
+                    if saw_done:
+                        break
+                    tm.reschedule(min(deadline, loop.time() + t.idle_s))
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
+        except TimeoutError:
+            broken = "total_timeout" if loop.time() >= deadline else "idle_timeout"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectionResetError):
+                raise  # the client went away (raised by our write)
+            broken = "disconnected"
+        if broken is None and not saw_done:
+            if buf.strip():
+                piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop)
+                if piece:
+                    await out.write(piece)
+            if not saw_done and harvest.error is None:
+                broken = "truncated"
+        if broken is not None:
+            rt.record_failure(broken)
+            result.error = broken
+            try:
+                self.telemetry.upstream_failed(rt.name, broken, False)
+            except Exception:
+                log.exception("telemetry upstream_failed failed")
+            msg = {
+                "idle_timeout": f"engine {rt.name} stalled mid-stream",
+                "total_timeout": "request exceeded its total time limit",
+            }.get(broken, f"engine {rt.name} broke off the stream")
+            await out.write(error_event(msg, 504 if "timeout" in broken else 502) + DONE)
+        elif not saw_done:
+            await out.write(DONE)  # the engine sent an error event and stopped
+        await out.write_eof()
+        if saw_done:
+            await _drain(content)
+        result.ok = broken is None and harvest.error is None
+        if harvest.error is not None and result.error is None:
+            result.error = harvest.error
+
+    def _event(
+        self,
+        ev: bytes,
+        patterns: list[tuple[bytes, bytes]],
+        harvest: Harvest,
+        swallow_usage: bool,
+        result: ProxyResult,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[bytes, bool]:
+        """One SSE event → (bytes to send, saw [DONE])."""
+        if ev.startswith(b"data:"):
+            data = ev[5:].strip()
+            if data == b"[DONE]":
+                return DONE, True
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                return ev + b"\n\n", False
+            if not isinstance(obj, dict):
+                return ev + b"\n\n", False
+            if harvest.take(obj):
+                now = time.monotonic()
+                if result.first_token_at is None:
+                    result.first_token_at = now
+                    try:
+                        self.telemetry.first_token()
+                    except Exception:
+                        log.exception("telemetry first_token failed")
+                result.last_token_at = now
+            if swallow_usage and obj.get("choices") == [] and "usage" in obj:
+                return b"", False
+            return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
+        return ev + b"\n\n", False
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    """Read the end of a finished stream (the chunked terminator) so the connection is reused."""
+    try:
+        async with asyncio.timeout(1.0):
+            for _ in range(4):
+                if content.is_eof() or not await content.readany():
+                    return
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return

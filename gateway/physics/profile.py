@@ -277,7 +277,22 @@ def _h200(model: str, name: str, ctx_scale: float) -> GridProfile:
     )
 
 
-PROFILE_NAMES = ("h200-qwen3-8b", "h200-qwen3-32b", "l4-qwen3-8b")
+PROFILE_NAMES = ("h200-qwen3-8b", "h200-qwen3-32b", "l4-qwen3-8b", "h200-vllm-0.20.2-measured")
+
+
+def _measured(name: str) -> StepTimeProfile:
+    """A named profile's host-time constants replaced by those measured on real engines
+    (``data/<name>.json``: its ``base`` profile plus ``overrides`` of class attributes)."""
+    text = resources.files("gateway.physics").joinpath("data", f"{name}.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    prof = _h200("qwen3-8b", name, 1.0) if data["base"] == "h200-qwen3-8b" else None
+    if prof is None:
+        raise KeyError(f"{name}: unsupported base profile {data['base']!r}")
+    for key, value in data["overrides"].items():
+        if not isinstance(getattr(StepTimeProfile, key, None), float):
+            raise KeyError(f"{name}: {key!r} is not a tunable constant of StepTimeProfile")
+        setattr(prof, key, float(value))
+    return prof
 
 
 @cache
@@ -288,6 +303,8 @@ def get_profile(name: str) -> StepTimeProfile:
     if name == "h200-qwen3-32b":
         # No long-context rows for 32B: scale the 8B context slope by the KV bytes per token.
         return _h200("qwen3-32b", name, QWEN3_32B.kv_bytes_per_token / QWEN3_8B.kv_bytes_per_token)
+    if name == "h200-vllm-0.20.2-measured":
+        return _measured(name)
     if name == "l4-qwen3-8b":
         return RooflineProfile(name, "qwen3-8b", QWEN3_8B, bandwidth_gbs=300, tflops=121, overhead_ms=2.0)
     raise KeyError(f"unknown profile {name!r}; known: {', '.join(PROFILE_NAMES)}")

@@ -122,6 +122,9 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
             tel.decided(features, decision, decision_s)
         except Exception:
             log.exception("telemetry decided failed")
+        # Decide now whether this answer feeds the realised-lookup learning (bounded rate):
+        # only then is its text collected, which costs a JSON parse per stream event.
+        collect = bool(parsed.prompt_text) and st.lookup_budget(model).take()
         call = ProxyCall(
             request=request,
             body=parsed.body,
@@ -136,13 +139,14 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
             telemetry=tel,
             request_id=rid,
             started=started,
+            collect_text=collect,
         )
         result = await call.run()
         status = result.status
         error = result.error
         prompt_tokens = result.harvest.prompt_tokens
         completion_tokens = result.harvest.completion_tokens
-        if wants_lookup(result, parsed.prompt_text, st.lookup_budget(model)):
+        if collect and wants_lookup(result):
             k = max(1, mrt.pairs[0].spec.config.k)
             st.spawn(
                 learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=started, k=k)

@@ -32,7 +32,7 @@ from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
-from gateway.proxy.sse import model_patterns, rewrite_model
+from gateway.proxy.sse import Harvest, model_patterns, rewrite_model
 from gateway.proxy.stream import StreamRelay
 from gateway.routing.types import Decision
 from gateway.telemetry.hooks import RequestTelemetry
@@ -61,6 +61,7 @@ class ProxyCall(StreamRelay):
     telemetry: RequestTelemetry
     request_id: str
     started: float = field(default_factory=time.monotonic)
+    collect_text: bool = True  # keep the completion text for learning (costs a JSON parse per event)
 
     async def run(self) -> ProxyResult:
         d = self.decision
@@ -69,7 +70,7 @@ class ProxyCall(StreamRelay):
             candidates.append(d.fallback)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.model.timeouts.total_s
-        result = ProxyResult(response=web.Response())
+        result = ProxyResult(response=web.Response(), harvest=Harvest(collect_text=self.collect_text))
         unreachable = 0  # attempts that could not even connect
         for attempt, name in enumerate(candidates):
             rt = self.engines[name]

@@ -75,8 +75,9 @@ def build_outcome(
     )
 
 
-def wants_lookup(result: ProxyResult, prompt_text: str, budget: SampleBudget) -> bool:
-    return bool(result.ok and prompt_text and result.harvest.text_chars and budget.take())
+def wants_lookup(result: ProxyResult) -> bool:
+    """The answer completed and its text was collected (see ``ProxyCall.collect_text``)."""
+    return bool(result.ok and result.harvest.text_chars)
 
 
 def observe(

@@ -44,9 +44,12 @@ class Harvest:
     reported_acceptance_rate: float | None = None
     reported_mean_acceptance_length: float | None = None
     error: str | None = None
+    # Keep the completion text (for the realised-lookup learning signal); when off, streams
+    # take a fast path that does not parse content chunks.
+    collect_text: bool = True
 
     def add_text(self, text: str) -> None:
-        if text and self.text_chars < MAX_COMPLETION_CHARS:
+        if self.collect_text and text and self.text_chars < MAX_COMPLETION_CHARS:
             part = text[: MAX_COMPLETION_CHARS - self.text_chars]
             self.text_parts.append(part)
             self.text_chars += len(part)

@@ -152,6 +152,16 @@ class StreamRelay:
         if harvest.error is not None and result.error is None:
             result.error = harvest.error
 
+    def _token_seen(self, result: ProxyResult) -> None:
+        now = time.monotonic()
+        if result.first_token_at is None:
+            result.first_token_at = now
+            try:
+                self.telemetry.first_token()
+            except Exception:
+                log.exception("telemetry first_token failed")
+        result.last_token_at = now
+
     def _event(
         self,
         ev: bytes,
@@ -166,6 +176,15 @@ class StreamRelay:
             data = ev[5:].strip()
             if data == b"[DONE]":
                 return DONE, True
+            if not harvest.collect_text and not any(m in data for m in _SLOW_MARKERS):
+                # Fast path for the plain content chunks that make up almost all of a stream:
+                # rename the model in place and note whether it carried content, no JSON round trip.
+                for old, new in patterns:
+                    if old in data:
+                        if _has_content(data):
+                            harvest.content_events += 1
+                            self._token_seen(result)
+                        return b"data: " + data.replace(old, new, 1) + b"\n\n", False
             try:
                 obj = json.loads(data)
             except ValueError:
@@ -173,18 +192,24 @@ class StreamRelay:
             if not isinstance(obj, dict):
                 return ev + b"\n\n", False
             if harvest.take(obj):
-                now = time.monotonic()
-                if result.first_token_at is None:
-                    result.first_token_at = now
-                    try:
-                        self.telemetry.first_token()
-                    except Exception:
-                        log.exception("telemetry first_token failed")
-                result.last_token_at = now
+                self._token_seen(result)
             if swallow_usage and obj.get("choices") == [] and "usage" in obj:
                 return b"", False
             return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
         return ev + b"\n\n", False
+
+
+_SLOW_MARKERS = (b'"usage"', b'"error"', b'"metrics"')
+_CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
+
+
+def _has_content(data: bytes) -> bool:
+    """The chunk carries a non-empty ``delta.content`` (chat) or ``text`` (completions)."""
+    for key in _CONTENT_KEYS:
+        i = data.find(key)
+        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
+            return True
+    return False
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+import pytest
 
 from gateway.routing.overlap import realised_lookup_acceptance
 from gateway.routing.static import FixedPolicy
@@ -280,3 +281,38 @@ async def test_engine_hop_by_hop_response_headers_are_not_relayed() -> None:
         for gone in ("Keep-Alive", "Proxy-Authenticate", "Set-Cookie", "Trailer"):
             assert gone not in r.headers, gone
         assert r.headers["x-specgate-engine"] == "base0"
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+async def test_stream_fast_path_when_text_is_not_collected(spaced: bool) -> None:
+    from gateway.api.state import STATE
+
+    policy = RecordingPolicy()
+    base = FakeEngine("m1-base", spaced_json=spaced)
+    async with harness(base=base, policies={"m1": policy}) as h, aiohttp.ClientSession() as s:
+        budget = h.app[STATE].lookup_budget("m1")
+        budget.rate, budget.tokens = 0.0, 0.0  # no learning sample: the fast path relays the chunks
+        body = {**REQ, "stream": True, "temperature": 0.9}
+        async with s.post(h.url("/v1/chat/completions"), json=body) as r:
+            raw = await r.read()
+        await asyncio.wait_for(policy.seen.wait(), 5)
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert all(c["model"] == "m1" for c in chunks) and b"m1-base" not in raw
+    assert all(c["choices"] for c in chunks)  # the usage chunk the gateway asked for is not relayed
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Hello, world!"
+    (o,) = policy.outcomes
+    assert o.ok and o.lookup_acceptance is None and o.completion_tokens == 4
+    assert o.ttft_s is not None and o.tpot_s is not None
+
+
+def test_has_content_detects_non_empty_deltas_only() -> None:
+    from gateway.proxy.stream import _has_content
+
+    assert _has_content(b'{"choices":[{"delta":{"content":"Hi"}}]}')
+    assert _has_content(b'{"choices":[{"delta": {"content": "Hi"}}]}')
+    assert _has_content(b'{"choices":[{"text":"x"}]}')
+    assert not _has_content(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}')
+    assert not _has_content(b'{"choices":[{"delta":{"reasoning_content":"thinking"}}]}')
+    assert _has_content(b'{"choices":[{"delta":{"content":"say \\"content\\":\\"x"}}]}')

@@ -264,6 +264,17 @@ http {{
 }}
 """
 
+LITELLM_CONF = """\
+model_list:
+  - model_name: bench
+    litellm_params:
+      model: openai/bench-upstream
+      api_base: http://127.0.0.1:{up}/v1
+      api_key: none
+litellm_settings:
+  telemetry: false
+"""
+
 GATEWAY_CONF = """\
 server: {{host: 127.0.0.1, port: {port}, max_concurrency: 100000}}
 scrape: {{enabled: false}}
@@ -294,7 +305,14 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per cell")
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop workers for peak req/s")
     ap.add_argument("--events", type=int, default=8, help="SSE content events per streamed response")
-    ap.add_argument("--targets", default="direct,nginx,specgate", help="comma-separated subset")
+    ap.add_argument(
+        "--targets", default="direct,nginx,specgate", help="comma-separated subset (also: litellm)"
+    )
+    ap.add_argument(
+        "--litellm-bin",
+        default=os.environ.get("LITELLM_BIN") or shutil.which("litellm") or "",
+        help="LiteLLM proxy executable for target 'litellm' (pip install 'litellm[proxy]' in its own venv)",
+    )
     ap.add_argument("--out", default="overhead.json", help="where to write the JSON results")
     ap.add_argument(
         "--gateway-telemetry",
@@ -357,6 +375,45 @@ def main() -> int:
             pids["specgate"] = procs[-1].pid
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
+
+        litellm_version = None
+        if "litellm" in targets:
+            lbin = args.litellm_bin
+            if not lbin or not os.path.exists(lbin):
+                print("litellm not found: skipping it (see --litellm-bin)", file=sys.stderr)
+                targets.remove("litellm")
+            else:
+                lport = _free_port()
+                lconf = tmp / "litellm.yaml"
+                lconf.write_text(LITELLM_CONF.format(up=up))
+                # Loopback only, like the other paths: no auth (LiteLLM refuses that unless told).
+                lenv = {
+                    **os.environ,
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "LITELLM_TELEMETRY": "False",
+                    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+                }
+                cmd = [lbin, "--config", str(lconf), "--host", "127.0.0.1", "--port", str(lport)]
+                cmd += ["--num_workers", "1"]
+                procs.append(
+                    subprocess.Popen(cmd, env=lenv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                )
+                pids["litellm"] = procs[-1].pid
+                urls["litellm"] = f"http://127.0.0.1:{lport}"
+                _wait_http(urls["litellm"] + "/health/liveliness", timeout=180)
+                pip = Path(lbin).with_name("pip")
+                if pip.exists():
+                    show = subprocess.run(
+                        [str(pip), "show", "litellm"], capture_output=True, text=True
+                    ).stdout
+                    litellm_version = next(
+                        (
+                            ln.split(":", 1)[1].strip()
+                            for ln in show.splitlines()
+                            if ln.startswith("Version:")
+                        ),
+                        None,
+                    )
 
         rates = [float(x) for x in str(args.rate).split(",") if x.strip()]
         results: list[dict[str, Any]] = []
@@ -430,6 +487,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "nginx": nginx_version,
+            "litellm": litellm_version,
             "results": results,
             "table_markdown": table,
         }

@@ -44,7 +44,7 @@ from locust.runners import WorkerRunner
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gateway.bench.schedule import Schedule, parse_schedule
+from gateway.bench.schedule import PoissonPacer, Schedule, parse_schedule
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
 
@@ -172,33 +172,25 @@ class ChatUser(User):
         if o.route:
             self.headers[ROUTE_HEADER] = str(o.route)
         self.session = requests.Session()
-        self.next_at: float | None = None
         self.closed_loop = self.schedule.peak_qps == 0
+        self.pacer = None if self.closed_loop else PoissonPacer(self.schedule, self.pool, self.rng)
 
     def on_stop(self) -> None:
         self.session.close()
 
-    # Locust calls wait_time() between tasks; we also wait before the first task.
+    # Locust calls wait_time() between tasks; on_start also waits before the first one.
     def wait_time(self) -> float:
-        if self.closed_loop:
+        if self.pacer is None:
             return 0.0
         now = time.time()
         t0 = _T0 if _T0 is not None else now
-        if self.next_at is None:
-            self.next_at = now
-        while True:
-            qps = self.schedule.qps_at(self.next_at - t0)
-            if qps is None:
-                return 3600.0  # schedule over: idle until the shape stops the run
-            if qps > 0:
-                break
-            self.next_at += 0.5  # a zero-QPS stretch: look again a little later
-        self.next_at += self.rng.expovariate(qps / self.pool)
-        return max(0.0, self.next_at - now)
+        nxt = self.pacer.advance(now - t0)
+        if nxt is None:
+            return 3600.0  # schedule over: idle until the shape stops the run
+        return max(0.0, t0 + nxt - now)
 
     def on_start(self) -> None:
-        if not self.closed_loop:  # the first request also waits for its Poisson arrival
-            self.next_at = time.time()
+        if self.pacer is not None:
             self.wait()
 
     @task
@@ -209,7 +201,8 @@ class ChatUser(User):
         body = to_openai_body(req, self.model, stream=self.stream)
         now = time.time()
         t0 = _T0 if _T0 is not None else now
-        scheduled = self.next_at if self.next_at is not None else now
+        at = self.pacer.next_at if self.pacer is not None else None
+        scheduled = t0 + at if at is not None else now
         stage = self.schedule.stage_index(scheduled - t0) or 0
         rec = RequestRecord(
             start=now,

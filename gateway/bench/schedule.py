@@ -14,6 +14,7 @@ Stages can be mixed: ``ramp:1-4:60,4:120``.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 
@@ -118,3 +119,37 @@ def parse_schedule(spec: str) -> Schedule:
     except ValueError as exc:
         raise ValueError(f"bad QPS schedule {spec!r}: {exc}") from None
     return Schedule(tuple(stages))
+
+
+class PoissonPacer:
+    """Arrival times of one member of a pool of ``pool`` senders that together offer a
+    schedule's QPS: each runs a Poisson process of rate ``qps(t) / pool``.
+
+    Arrivals are scheduled on an absolute timeline, so a sender that was busy past its
+    next arrival sends at once (the backlog is caught up, the average rate holds).
+    """
+
+    def __init__(self, schedule: Schedule, pool: int, rng: random.Random) -> None:
+        if pool < 1:
+            raise ValueError("pool must be >= 1")
+        self.schedule = schedule
+        self.pool = pool
+        self.rng = rng
+        self.next_at: float | None = None  # seconds since the schedule's start
+
+    def advance(self, now: float) -> float | None:
+        """Schedule the next arrival after the previous one (or after ``now`` at first) and
+        return it, in seconds since the schedule's start; None once the schedule is over."""
+        t = now if self.next_at is None else self.next_at
+        while True:
+            qps = self.schedule.qps_at(t)
+            if qps is None:
+                return None
+            if qps > 0:
+                break
+            t += 0.5  # a zero-QPS stretch: look again a little later
+        t += self.rng.expovariate(qps / self.pool)
+        if self.schedule.qps_at(t) is None:
+            return None
+        self.next_at = t
+        return t

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from gateway.bench.schedule import parse_schedule
+from gateway.bench.schedule import PoissonPacer, parse_schedule
 from gateway.bench.stats import RequestRecord, percentile, summarize
 
 
@@ -47,3 +48,35 @@ def test_summary() -> None:
 def test_percentile() -> None:
     assert percentile([], 50) is None
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5
+
+
+def _arrivals(spec: str, pool: int, seed: int = 0) -> list[float]:
+    sched = parse_schedule(spec)
+    out: list[float] = []
+    for i in range(pool):
+        pacer = PoissonPacer(sched, pool, random.Random(f"{seed}:{i}"))
+        while (t := pacer.advance(0.0)) is not None:
+            out.append(t)
+    return sorted(out)
+
+
+def test_pool_of_pacers_offers_the_schedule() -> None:
+    steps = _arrivals("5:100,20:100", pool=10)
+    first = sum(1 for t in steps if t < 100)
+    second = sum(1 for t in steps if 100 <= t < 200)
+    assert 430 < first < 570 and 1800 < second < 2200
+    assert steps[-1] < 200  # nothing after the schedule ends
+    ramp = _arrivals("ramp:0-20:100", pool=4)
+    assert 800 < len(ramp) < 1200  # mean rate 10 over 100 s
+    assert sum(1 for t in ramp if t >= 50) > 2.5 * sum(1 for t in ramp if t < 50)
+
+
+def test_pacer_skips_zero_qps_and_keeps_an_absolute_timeline() -> None:
+    gap = _arrivals("0:50,10:20", pool=1)
+    assert gap and min(gap) >= 50 and 150 < len(gap) < 250
+    p = PoissonPacer(parse_schedule("10"), 1, random.Random(1))
+    a = p.advance(now=100.0)
+    b = p.advance(now=10_000.0)  # a busy sender: the next arrival follows the previous one
+    assert a is not None and b is not None and 100 < a < b < a + 5
+    with pytest.raises(ValueError):
+        PoissonPacer(parse_schedule("1"), 0, random.Random())

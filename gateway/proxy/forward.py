@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ class ProxyCall(StreamRelay):
         result.response = web.Response(
             status=503, body=json.dumps(err.body()).encode(), content_type="application/json", headers=headers
         )
+
+    def _patterns(self, rt: EngineRuntime) -> list[tuple[bytes, bytes]]:
+        return model_patterns(rt.config.served_model_name, self.client_model)
 
     # -- one attempt -------------------------------------------------------------------
     def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
@@ -272,7 +276,11 @@ class ProxyCall(StreamRelay):
         headers = self._client_headers(rt, result.reason)
         headers.update(downstream_headers(resp.headers))
         ctype = resp.headers.get("Content-Type", "application/json")
-        if ctype.startswith("application/json"):
+        is_json = ctype.startswith("application/json")
+        fast = _fast_body(data, result.harvest, self._patterns(rt), resp.status == 200) if is_json else None
+        if fast is not None:
+            data = fast
+        elif is_json:
             try:
                 obj = json.loads(data)
             except ValueError:
@@ -280,12 +288,7 @@ class ProxyCall(StreamRelay):
             if isinstance(obj, dict):
                 result.harvest.take(obj)
                 if resp.status == 200:
-                    data = rewrite_model(
-                        data,
-                        model_patterns(rt.config.served_model_name, self.client_model),
-                        obj,
-                        self.client_model,
-                    )
+                    data = rewrite_model(data, self._patterns(rt), obj, self.client_model)
         headers["Content-Type"] = ctype
         result.response = web.Response(status=resp.status, body=data, headers=headers)
         result.status = resp.status
@@ -299,6 +302,30 @@ class ProxyCall(StreamRelay):
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s)
+
+
+_USAGE_RE = re.compile(rb'"(prompt_tokens|completion_tokens)":\s*(\d+)')
+
+
+def _fast_body(data: bytes, h: Harvest, patterns: list[tuple[bytes, bytes]], rename: bool) -> bytes | None:
+    """A non-streaming answer that is not a learning sample: read the usage and rename the
+    model without a JSON round trip. None (the caller parses) for errors, per-request
+    metrics, or when the model field is not where engines' JSON encoders put it."""
+    if h.collect_text or b'"error"' in data or b'"metrics"' in data or not data.startswith(b"{"):
+        return None
+    pair = next(((o, n) for o, n in patterns if o in data), None)
+    if pair is None:
+        return None
+    old, new = pair
+    usage = data.rfind(b'"usage"')
+    if usage < 0:
+        return None
+    for key, value in _USAGE_RE.findall(data, usage):
+        if key == b"prompt_tokens":
+            h.prompt_tokens = int(value)
+        else:
+            h.completion_tokens = int(value)
+    return data.replace(old, new, 1) if rename else data
 
 
 def _is_json_error(body: bytes) -> bool:

@@ -255,9 +255,31 @@ async def test_outcome_observed_without_lookup_when_budget_is_spent() -> None:
         budget.rate, budget.tokens = 0.0, 0.0
         async with s.post(h.url("/v1/chat/completions"), json=REQ) as r:
             assert r.status == 200
+            body = await r.json()
         await asyncio.wait_for(policy.seen.wait(), 5)
+    assert body["model"] == "m1" and body["choices"][0]["message"]["content"] == "Hello, world!"
     (o,) = policy.outcomes
-    assert o.lookup_acceptance is None and o.ok and o.completion_tokens == 4
+    assert o.lookup_acceptance is None and o.ok and o.completion_tokens == 4 and o.prompt_tokens == 7
+
+
+async def test_per_request_metrics_are_read_even_without_a_learning_sample() -> None:
+    from gateway.api.state import STATE
+
+    policy = RecordingPolicy()
+    spec = FakeEngine("m1-spec", spec_metrics={"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.4})
+    async with harness(spec=spec, policies={"m1": policy}) as h, aiohttp.ClientSession() as s:
+        budget = h.app[STATE].lookup_budget("m1")
+        budget.rate, budget.tokens = 0.0, 0.0
+        for stream in (False, True):
+            async with s.post(h.url("/v1/chat/completions"), json={**REQ, "stream": stream}) as r:
+                assert r.status == 200
+                assert b"m1-spec" not in await r.read()
+        for _ in range(100):
+            if len(policy.outcomes) == 2:
+                break
+            await asyncio.sleep(0.01)
+    assert [o.reported_mean_acceptance_length for o in policy.outcomes] == [2.5, 2.5]
+    assert [o.completion_tokens for o in policy.outcomes] == [4, 4]
 
 
 async def test_engine_hop_by_hop_response_headers_are_not_relayed() -> None:

@@ -186,6 +186,17 @@ class RetryConfig(_Strict):
         3, ge=1, le=1000, description="consecutive connect/5xx failures that mark an engine down"
     )
     cooldown_s: float = Field(5.0, ge=0.0, le=3600.0, description="how long a failed engine stays down")
+    failure_rate_to_unhealthy: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="share of failed attempts within failure_window_s that marks an engine down "
+        "(catches engines failing often, but not in a row)",
+    )
+    failure_window_s: float = Field(10.0, gt=0.0, le=3600.0, description="window of the failure rate")
+    failure_rate_min_attempts: int = Field(
+        10, ge=1, le=100_000, description="attempts in the window before the failure rate counts"
+    )
 
 
 class ModelConfig(_Strict):

@@ -11,6 +11,7 @@ reads. :class:`ModelRuntime` groups a model's pairs, its policy and its pinned r
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ class EngineRuntime:
         device: str = "",
         failures_to_unhealthy: int = 3,
         cooldown_s: float = 5.0,
+        failure_rate: float = 1.0,
+        failure_window_s: float = 10.0,
+        failure_min_attempts: int = 10,
         clock: Clock = time.monotonic,
     ) -> None:
         self.config = config
@@ -39,6 +43,11 @@ class EngineRuntime:
         self.device = device
         self.failures_to_unhealthy = failures_to_unhealthy
         self.cooldown_s = cooldown_s
+        self.failure_rate = failure_rate
+        self.failure_window_s = failure_window_s
+        self.failure_min_attempts = failure_min_attempts
+        self._outcomes: deque[tuple[float, bool]] = deque()  # (time, failed) within the window
+        self._window_failures = 0
         self._clock = clock
         self.inflight = 0
         self.draining = False
@@ -62,18 +71,36 @@ class EngineRuntime:
             self.inflight -= 1
 
     # -- passive health --------------------------------------------------------------
-    def record_success(self) -> None:
+    def record_success(self, now: float | None = None) -> None:
         self.consecutive_failures = 0
         self.down_until = None
+        self._outcome(self._clock() if now is None else now, failed=False)
 
     def record_failure(self, error: str, now: float | None = None) -> None:
-        """A connect error, 5xx or timeout before the first byte."""
+        """A connect error, 5xx or timeout before the first byte, or a broken stream.
+
+        Out for ``cooldown_s`` after ``failures_to_unhealthy`` failures in a row, or when at
+        least ``failure_rate`` of the (≥ ``failure_min_attempts``) attempts of the last
+        ``failure_window_s`` failed."""
         now = self._clock() if now is None else now
         self.total_failures += 1
         self.consecutive_failures += 1
         self.last_error = error
-        if self.consecutive_failures >= self.failures_to_unhealthy:
+        self._outcome(now, failed=True)
+        n = len(self._outcomes)
+        by_rate = n >= self.failure_min_attempts and self._window_failures >= self.failure_rate * n
+        if self.consecutive_failures >= self.failures_to_unhealthy or by_rate:
             self.down_until = now + self.cooldown_s
+            self._outcomes.clear()  # judged afresh after the cooldown
+            self._window_failures = 0
+
+    def _outcome(self, now: float, *, failed: bool) -> None:
+        q = self._outcomes
+        q.append((now, failed))
+        self._window_failures += failed
+        horizon = now - self.failure_window_s
+        while q and (q[0][0] < horizon or len(q) > 4096):
+            self._window_failures -= q.popleft()[1]
 
     def passive_healthy(self, now: float) -> bool:
         return self.down_until is None or now >= self.down_until
@@ -167,6 +194,9 @@ class ModelRuntime:
                 device=device,
                 failures_to_unhealthy=config.retry.failures_to_unhealthy,
                 cooldown_s=config.retry.cooldown_s,
+                failure_rate=config.retry.failure_rate_to_unhealthy,
+                failure_window_s=config.retry.failure_window_s,
+                failure_min_attempts=config.retry.failure_rate_min_attempts,
                 clock=clock,
             )
 

@@ -31,6 +31,7 @@ from gateway.api.errors import ApiError, error_body
 from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_headers, upstream_headers
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.logthrottle import LogThrottle
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Harvest, model_patterns, rewrite_model
@@ -45,6 +46,7 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
+_THROTTLE = LogThrottle(5.0)  # one failover warning per engine and error kind per 5 s
 
 
 @dataclass(slots=True)
@@ -86,7 +88,10 @@ class ProxyCall(StreamRelay):
                 return result
             except Retryable as exc:
                 self.telemetry.upstream_failed(name, exc.error, not last)
-                log.warning(
+                _THROTTLE.log(
+                    log,
+                    logging.WARNING,
+                    f"{name}:{exc.error}",
                     "engine %s failed before the first byte (%s)%s",
                     name,
                     exc.error,

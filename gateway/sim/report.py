@@ -93,7 +93,8 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
     for ax, (key, label) in zip(axes, panels, strict=True):
         for p in policies:
             pts = sorted((float(r["qps"]), float(r[key])) for r in rows if r["policy"] == p)
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+            style = {"ls": "--", "lw": 2.2, "zorder": 5} if p == "adaptive" else {"lw": 1.4}
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p, **style)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("QPS")
         ax.set_title(label)

@@ -79,7 +79,7 @@ async def test_both_engines_unreachable_gives_503_quickly() -> None:
     async with harness(spec_url=dead1, base_url=dead2) as h:
         t0 = time.monotonic()
         status, headers, body = await _post(h.url("/v1/chat/completions"), SPEC_REQ)
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 10.0  # no waiting for total_s (20 s): refused connections fail fast
         assert status == 503
         err = json.loads(body)["error"]
         assert err["code"] == "no_engine_available" and "reachable" in err["message"]

@@ -61,7 +61,7 @@ _UNKNOWN_DECAY_S = 120.0  # with no live acceptance, the correction relaxes to 1
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
 _SCALE_MAX = 20.0
 _MIX_WINDOW_S = 20.0  # traffic mix: requests of the last seconds...
-_MIX_MIN, _MIX_MAX = 16, 256  # ...at least / at most this many
+_MIX_MIN, _MIX_MAX = 16, 128  # ...at least / at most this many
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 
@@ -92,7 +92,10 @@ class AdaptivePolicy:
         self.method = "ngram"
         self.k = DEFAULT_K
         # Recent eligible traffic: (time, learned E before the live correction, verified tokens/step).
-        self._mix: deque[tuple[float, float, float]] = deque(maxlen=_MIX_MAX)
+        self._mix: deque[tuple[float, float, float]] = deque()
+        self._mix_q_sum = 0.0  # running sum of the mix's verified tokens/step
+        self._mix_version = 0
+        self._inv_cache: tuple[int, float, float] | None = None  # (version, live ratio, mean 1/E)
         # Live corrections (multiplicative, 1 = the model is right).
         self.live_ratio = 1.0
         self.live_measured = False
@@ -203,18 +206,27 @@ class AdaptivePolicy:
     def _mix_add(self, now: float, blended: float, q: float) -> None:
         mix = self._mix
         mix.append((now, blended, q))
-        while len(mix) > _MIX_MIN and mix[0][0] < now - _MIX_WINDOW_S:
-            mix.popleft()
+        self._mix_q_sum += q
+        while len(mix) > _MIX_MAX or (len(mix) > _MIX_MIN and mix[0][0] < now - _MIX_WINDOW_S):
+            self._mix_q_sum -= mix.popleft()[2]
+        self._mix_version += 1
 
     def _inv_e_mix(self) -> float:
+        """Mean 1/E of the recent traffic at the current live correction (memoised)."""
         if not self._mix:
             return 1.0
-        return sum(1.0 / self._corrected(b) for _, b, _ in self._mix) / len(self._mix)
+        c = self._inv_cache
+        if c is not None and c[0] == self._mix_version and c[1] == self.live_ratio:
+            return c[2]
+        r = self.live_ratio
+        inv = sum(1.0 / (1.0 + (b - 1.0) * r) for _, b, _ in self._mix) / len(self._mix)
+        self._inv_cache = (self._mix_version, r, inv)
+        return inv
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
         mix = self._mix
-        q = sum(x[2] for x in mix) / len(mix) if mix else float(self.k + 1)
+        q = self._mix_q_sum / len(mix) if mix else float(self.k + 1)
         return 1.0 + (q - 1.0) * self.q_ratio
 
     def _regime(self, load: float) -> RegimeCosts:

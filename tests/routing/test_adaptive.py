@@ -263,3 +263,16 @@ def test_eagle_method_uses_model_prior_and_reported_acceptance() -> None:
     d1 = p.decide(CHAT_HOT, mv, 50.0)
     assert d1.predicted_acceptance is not None and d0.predicted_acceptance is not None
     assert d1.predicted_acceptance < d0.predicted_acceptance
+
+
+def test_replicas_choose_the_least_loaded_pair_then_the_engine() -> None:
+    from gateway.routing.types import EngineView, PairView
+
+    def pair(tag: str, load: int) -> PairView:
+        s: EngineView = with_(SPEC, name=f"{tag}-spec", inflight=load)
+        b: EngineView = with_(BASE, name=f"{tag}-base", inflight=load)
+        return PairView(s, b, device=tag)
+
+    mv = ModelView("m", (pair("gpu0", 40), pair("gpu1", 2)))
+    d = policy().decide(EDIT, mv, 0.0)
+    assert d.engine == "gpu1-spec" and d.fallback == "gpu1-base"

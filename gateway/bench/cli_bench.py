@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import datetime as dt
 import json
 import os
@@ -27,7 +28,7 @@ import yaml
 from gateway.bench.loadgen import PointResult, run_point
 from gateway.bench.procs import Proc, free_port
 from gateway.bench.report import markdown_table, write_all
-from gateway.bench.stats import summarize
+from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample
 
 POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
@@ -229,8 +230,25 @@ def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: P
         "spec_share": s["route_share"].get("spec", 0.0) if s["route_share"] else None,
         "spec_share_by_kind": {k: round(v["spec"] / v["n"], 3) for k, v in sorted(by_kind.items())},
         "reasons": dict(Counter(r.reason for r in res.records if r.ok and r.reason).most_common()),
+        "tpot_mean_ms_by_kind": _tpot_by_kind(res),
         "lateness_p99_ms": ms("lateness_p99_s"),
     }
+
+
+def _tpot_by_kind(res: PointResult) -> dict[str, float]:
+    by: dict[str, list[float]] = {}
+    for r in res.records:
+        if r.ok and r.tpot is not None:
+            by.setdefault(r.kind, []).append(r.tpot)
+    return {k: round(statistics.fmean(v) * 1000, 2) for k, v in sorted(by.items())}
+
+
+def _write_requests(path: str, res: PointResult) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in res.records:
+            w.writerow(r.row())
 
 
 def update_readme(path: str, body: str) -> bool:
@@ -302,6 +320,7 @@ async def _sweep(
             scale = fixed_scale or _auto_scale(qps, mean_tokens, args.cpu_tokens_per_s)
             t0 = time.monotonic()
             res = await _point(args, policy, qps, scale, logdir)
+            _write_requests(os.path.join(logdir, f"{policy}-q{qps:g}-requests.csv"), res)
             row = _row(args, policy, qps, scale, res)
             rows.append(row)
             print(

@@ -44,7 +44,7 @@ def _fake_engine(tokens: int = 5, fail_every: int = 0, hang: asyncio.Event | Non
     return app
 
 
-async def test_run_point_records_streams() -> None:
+async def test_run_point_records_streams(tmp_path: Path) -> None:
     app = _fake_engine(tokens=5, fail_every=4)
     async with TestServer(app) as server:
         res = await run_point(
@@ -59,6 +59,15 @@ async def test_run_point_records_streams() -> None:
     assert all(r.output_tokens == 5 and r.chunks == 5 and r.route == "spec" for r in ok)
     assert all(r.ttft is not None and r.e2e is not None and r.ttft <= r.e2e for r in ok)
     assert res.tokens_in_window > 0
+    by_kind = cli_bench._tpot_by_kind(res)
+    assert (
+        by_kind
+        and set(by_kind) <= {"edit", "summary", "rag", "chat"}
+        and all(v >= 0 for v in by_kind.values())
+    )
+    out = tmp_path / "requests.csv"
+    cli_bench._write_requests(str(out), res)
+    assert len(out.read_text().splitlines()) == len(res.records) + 1
 
 
 async def test_run_point_counts_unfinished_after_drain() -> None:

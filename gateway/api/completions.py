@@ -32,6 +32,8 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
     try:
+        if request.content.is_eof():  # the whole body already arrived: no timer needed
+            return await request.read()
         async with asyncio.timeout(BODY_TIMEOUT_S):
             return await request.read()
     except TimeoutError:

@@ -90,8 +90,18 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")
-    _check_tree(body)
+    if _may_fail_tree_check(raw):
+        _check_tree(body)
     return body
+
+
+def _may_fail_tree_check(raw: bytes) -> bool:
+    """False when :func:`_check_tree` provably passes, judged from the raw bytes alone (fast,
+    C-level scans): fewer brackets than MAX_JSON_DEPTH cannot nest that deep, and ASCII text
+    without a ``\\ud``/``\\uD`` escape cannot hold a lone surrogate."""
+    if raw.count(b"{") + raw.count(b"[") >= MAX_JSON_DEPTH:
+        return True
+    return not raw.isascii() or b"\\ud" in raw or b"\\uD" in raw
 
 
 def _bad(param: str, msg: str) -> ApiError:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import yarl
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -34,7 +35,7 @@ from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.logthrottle import LogThrottle
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
-from gateway.proxy.sse import Harvest, model_patterns, rewrite_model
+from gateway.proxy.sse import Harvest, Patterns, model_patterns, rewrite_model
 from gateway.proxy.stream import StreamRelay
 from gateway.routing.types import Decision
 from gateway.telemetry.hooks import RequestTelemetry
@@ -126,7 +127,7 @@ class ProxyCall(StreamRelay):
             status=503, body=json.dumps(err.body()).encode(), content_type="application/json", headers=headers
         )
 
-    def _patterns(self, rt: EngineRuntime) -> list[tuple[bytes, bytes]]:
+    def _patterns(self, rt: EngineRuntime) -> Patterns:
         return model_patterns(rt.config.served_model_name, self.client_model)
 
     # -- one attempt -------------------------------------------------------------------
@@ -173,7 +174,7 @@ class ProxyCall(StreamRelay):
             headers.update(self.telemetry.upstream_started(rt.name, attempt))
         except Exception:
             log.exception("telemetry upstream_started failed")
-        url = rt.config.url + _PATHS[self.endpoint]
+        url = _upstream_url(rt.config.url, self.endpoint)
         first_deadline = min(deadline, loop.time() + t.first_byte_s) if self.stream else deadline
         session = self.pool.session(rt.name)
         timeout = _client_timeout(t.connect_s)
@@ -255,13 +256,11 @@ class ProxyCall(StreamRelay):
         self, rt: EngineRuntime, resp: aiohttp.ClientResponse, deadline: float, result: ProxyResult
     ) -> None:
         try:
-            async with asyncio.timeout_at(deadline):
-                data = await resp.content.read(MAX_UPSTREAM_BODY + 1)
-                while len(data) <= MAX_UPSTREAM_BODY and not resp.content.at_eof():
-                    more = await resp.content.read(MAX_UPSTREAM_BODY + 1 - len(data))
-                    if not more:
-                        break
-                    data += more
+            if resp.content.is_eof():  # the whole body came with the headers: no timer needed
+                data = await _read_body(resp.content)
+            else:
+                async with asyncio.timeout_at(deadline):
+                    data = await _read_body(resp.content)
         except TimeoutError:
             raise self._fail(
                 rt, "total_timeout", 504, f"engine {rt.name} did not finish in time", result.reason
@@ -304,6 +303,23 @@ class ProxyCall(StreamRelay):
     # -- streaming ---------------------------------------------------------------------
 
 
+async def _read_body(content: aiohttp.StreamReader) -> bytes:
+    """The body, up to one byte past MAX_UPSTREAM_BODY (so an oversized one is detected)."""
+    data = await content.read(MAX_UPSTREAM_BODY + 1)
+    while len(data) <= MAX_UPSTREAM_BODY and not content.at_eof():
+        more = await content.read(MAX_UPSTREAM_BODY + 1 - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+@functools.lru_cache(maxsize=256)
+def _upstream_url(base: str, endpoint: str) -> yarl.URL:
+    """Parsed once per engine and endpoint (aiohttp would parse a string on every request)."""
+    return yarl.URL(base + _PATHS[endpoint])
+
+
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s)
@@ -312,7 +328,7 @@ def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
 _USAGE_RE = re.compile(rb'"(prompt_tokens|completion_tokens)":\s*(\d+)')
 
 
-def _fast_body(data: bytes, h: Harvest, patterns: list[tuple[bytes, bytes]], rename: bool) -> bytes | None:
+def _fast_body(data: bytes, h: Harvest, patterns: Patterns, rename: bool) -> bytes | None:
     """A non-streaming answer that is not a learning sample: read the usage and rename the
     model without a JSON round trip. None (the caller parses) for errors, per-request
     metrics, or when the model field is not where engines' JSON encoders put it."""

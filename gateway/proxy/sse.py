@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,18 +11,20 @@ DONE = b"data: [DONE]\n\n"
 MAX_COMPLETION_CHARS = 32 * 1024  # completion text kept for learning
 
 
-def model_patterns(served: str, client: str) -> list[tuple[bytes, bytes]]:
+Patterns = tuple[tuple[bytes, bytes], ...]
+
+
+@functools.lru_cache(maxsize=256)  # both names come from the configuration: few pairs
+def model_patterns(served: str, client: str) -> Patterns:
     """Byte patterns of the ``model`` field as JSON encoders write it, and their replacement."""
     s, c = json.dumps(served), json.dumps(client)
-    return [
+    return (
         (f'"model":{s}'.encode(), f'"model":{c}'.encode()),
         (f'"model": {s}'.encode(), f'"model": {c}'.encode()),
-    ]
+    )
 
 
-def rewrite_model(
-    data: bytes, patterns: list[tuple[bytes, bytes]], obj: dict[str, Any], client: str
-) -> bytes:
+def rewrite_model(data: bytes, patterns: Patterns, obj: dict[str, Any], client: str) -> bytes:
     """``data`` (the JSON text of ``obj``) with the top-level model renamed to ``client``."""
     if "model" not in obj:
         return data

@@ -21,7 +21,7 @@ from gateway.api.headers import downstream_headers
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.result import ProxyResult, Retryable
-from gateway.proxy.sse import DONE, Harvest, error_event, model_patterns, rewrite_model
+from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, model_patterns, rewrite_model
 from gateway.telemetry.hooks import RequestTelemetry
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class StreamRelay:
     def _event(
         self,
         ev: bytes,
-        patterns: list[tuple[bytes, bytes]],
+        patterns: Patterns,
         harvest: Harvest,
         swallow_usage: bool,
         result: ProxyResult,

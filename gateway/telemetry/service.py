@@ -322,7 +322,7 @@ class _Request:
                 span.set_status(Status(StatusCode.ERROR, err))
             trace_id = f"{span.get_span_context().trace_id:032x}"
             span.end()
-        if tel.config.access_log:
+        if tel.config.access_log and logs.access_log.isEnabledFor(logging.INFO):
             logs.emit(
                 {
                     "event": "request",

@@ -285,7 +285,8 @@ def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) 
             "decision reasons are in `results.json`. To load-test a deployment yourself: the Locust kit "
             "(`loadtests/locustfile.py`) and vLLM's own client (`loadtests/vllm_bench.sh`; a recorded run "
             "through the gateway is in `loadtests/results/vllm-bench-emulated.txt`); see "
-            "[loadtests/README.md](loadtests/README.md).",
+            "[loadtests/README.md](loadtests/README.md). Notes on a run (per-kind TPOT, the cross-check "
+            "against the socket-free `specgate simulate`) sit beside its results.",
         ]
     )
 

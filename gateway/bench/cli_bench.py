@@ -87,8 +87,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--profile", default="h200-qwen3-8b", help="emulator step-time profile (default %(default)s)"
     )
     p.add_argument("--max-num-seqs", type=int, default=256, help="emulated engines' batch limit")
-    p.add_argument("--tpot-slo-ms", type=float, default=30.0, help="goodput: TPOT at or below this")
-    p.add_argument("--ttft-slo-ms", type=float, default=3000.0, help="goodput: TTFT at or below this")
+    p.add_argument("--tpot-slo-ms", type=float, default=12.0, help="goodput: TPOT at or below this (ms)")
+    p.add_argument("--ttft-slo-ms", type=float, default=1000.0, help="goodput: TTFT at or below this (ms)")
     p.add_argument("--out", default="out/bench", help="output directory (default %(default)s)")
     p.add_argument("--update-readme", metavar="README", help="replace the bench section of this README")
     p.add_argument(

@@ -18,6 +18,7 @@ import os
 import random
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -269,7 +270,9 @@ def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) 
         [
             "## Policy benchmark (emulated H200 pair, real sockets)",
             "",
-            f"`{meta['command']}` — {meta['date']}, {meta['mix_desc']}, "
+            f"`{meta['command']}` — {meta['date']}"
+            + (f" (code `{meta['code_version']}`)" if meta.get("code_version") else "")
+            + f", {meta['mix_desc']}, "
             f"temperatures `{meta['temperature']}`, "
             f"≥ {meta['duration_s']:g} s measured per point (≥ {meta['min_requests']} expected requests) "
             f"after {meta['warmup_s']:g} s warm-up; "
@@ -334,6 +337,18 @@ async def _sweep(
     return rows
 
 
+def _code_version() -> str | None:
+    """``git describe --always --dirty`` of the checkout the gateway ran from, when it is one."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        out = subprocess.run(
+            ["git", "-C", root, "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def _publish(args: argparse.Namespace, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     paths = write_all(args.out, meta, rows)
     print(markdown_table(rows))
@@ -390,6 +405,7 @@ def main(args: argparse.Namespace) -> int:
         "ttft_slo_ms": args.ttft_slo_ms,
         "wall_s": round(time.monotonic() - t_start, 1),
         "units": "emulated seconds (wall / time_scale)",
+        "code_version": _code_version(),
     }
     _publish(args, meta, rows)
     return 0

@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/specgate demo
 
+## bench: policy benchmark through real sockets (emulated pair + gateway per policy and QPS, ~10 min)
+bench: $(STAMP)
+	$(BIN)/specgate bench --out loadtests/results/bench --update-readme README.md
+
 ## system-deps: Prometheus and nginx from Debian packages (real parts used by the tests)
 system-deps:
 	bash scripts/install-system-deps.sh

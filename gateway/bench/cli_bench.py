@@ -50,21 +50,25 @@ per point from --cpu-tokens-per-s).
 """
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = DESCRIPTION
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.formatter_class = _HelpFormatter
     p.add_argument(
         "--policies",
         default="adaptive,always-spec,always-base",
-        help="comma-separated routing policies (default %(default)s; also: temperature)",
+        help="comma-separated routing policies (also: temperature)",
     )
-    p.add_argument("--qps", default="1,8,24,48", help="offered QPS points, emulated (default %(default)s)")
+    p.add_argument("--qps", default="1,8,24,48", help="offered QPS points, emulated")
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
         type=int,
         default=24,
-        help="stretch a point's window to expect at least this many requests (default %(default)s)",
+        help="stretch a point's window to expect at least this many requests",
     )
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each window")
     p.add_argument("--drain", type=float, default=60.0, help="max seconds to wait for the window's requests")
@@ -73,24 +77,19 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--cpu-tokens-per-s",
         type=float,
         default=1500.0,
-        help="'auto' time scale: streamed tokens/s (wall) this machine relays comfortably "
-        "(default %(default)s)",
+        help="'auto' time scale: streamed tokens/s (wall) this machine relays comfortably",
     )
     p.add_argument(
         "--mix", default="default", help="workload mix, e.g. edit=0.4,summary=0.2,rag=0.1,chat=0.3"
     )
-    p.add_argument(
-        "--temperature", default="uniform:0:1", help="temperature distribution (default %(default)s)"
-    )
+    p.add_argument("--temperature", default="uniform:0:1", help="temperature distribution")
     p.add_argument("--max-tokens-cap", type=int, default=384, help="upper bound of max_tokens per request")
     p.add_argument("--seed", type=int, default=1, help="arrivals and corpus seed (same for every policy)")
-    p.add_argument(
-        "--profile", default="h200-qwen3-8b", help="emulator step-time profile (default %(default)s)"
-    )
+    p.add_argument("--profile", default="h200-qwen3-8b", help="emulator step-time profile")
     p.add_argument("--max-num-seqs", type=int, default=256, help="emulated engines' batch limit")
     p.add_argument("--tpot-slo-ms", type=float, default=12.0, help="goodput: TPOT at or below this (ms)")
     p.add_argument("--ttft-slo-ms", type=float, default=1000.0, help="goodput: TTFT at or below this (ms)")
-    p.add_argument("--out", default="out/bench", help="output directory (default %(default)s)")
+    p.add_argument("--out", default="out/bench", help="output directory")
     p.add_argument("--update-readme", metavar="README", help="replace the bench section of this README")
     p.add_argument(
         "--from-json",

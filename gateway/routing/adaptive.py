@@ -56,6 +56,8 @@ REASONS: tuple[str, ...] = (
     "low_acceptance",
 )
 DEFAULT_K = 5
+# Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.
+LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 120.0  # with no live acceptance, the correction relaxes to 1 on this half-life
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
@@ -83,6 +85,8 @@ class AdaptivePolicy:
         self.cfg = cfg or RoutingConfig(policy="adaptive")
         self.steps = steps or get_step_model(self.cfg.profile, self.cfg.context_tokens)
         self.learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
+        # Per class, learned draft tokens per step (n-gram drafts only on a match).
+        self.draft_learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
         self.mode = ModeTracker(
             self.cfg.margin, self.cfg.hysteresis, self.cfg.min_dwell_s, self.cfg.smoothing_s
         )
@@ -128,7 +132,10 @@ class AdaptivePolicy:
         prior_e, p_draft = self._prior(features)
         blended, evidence = self.learner.blend(kind, features.temperature, prior_e, now)
         e = self._corrected(blended)
-        q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
+        if self.method in NGRAM_METHODS:
+            q, _ = self.draft_learner.blend(kind, features.temperature, 1.0 + p_draft * self.k, now)
+        else:
+            q = float(self.k + 1)
         self._mix_add(now, blended, q)
         load = _load(spec) + _load(base) + 1.0
         costs = self._regime(load)
@@ -344,6 +351,9 @@ class AdaptivePolicy:
         if self.method in NGRAM_METHODS:
             if outcome.lookup_acceptance is not None:
                 self.learner.observe(kind, outcome.temperature, outcome.lookup_acceptance * self.k, now)
+            drafted = outcome.extra.get(LOOKUP_DRAFTS_KEY)
+            if drafted is not None:
+                self.draft_learner.observe(kind, outcome.temperature, drafted, now)
         elif outcome.reported_mean_acceptance_length is not None:
             self.learner.observe(
                 kind, outcome.temperature, outcome.reported_mean_acceptance_length - 1.0, now

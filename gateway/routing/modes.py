@@ -33,7 +33,7 @@ class ModeTracker:
         """Feed one predicted speed-up; returns whether the class is speculating."""
         if self.smoothed is None:
             self.smoothed = speedup
-            self.speculating = speedup > 1.0 + self.margin
+            self.speculating = speedup > 1.0  # no history: the predicted-faster regime
             self.last_update = now
             return self.speculating
         a = 1.0 - math.exp(-max(0.0, now - self.last_update) / self.smoothing_s)

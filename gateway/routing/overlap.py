@@ -139,17 +139,17 @@ _MAX_PROMPT_CHARS = 64_000
 _MAX_COMPLETION_CHARS = 16_000
 
 
-def realised_lookup_acceptance(
+def realised_lookup_rates(
     prompt_text: str, completion_text: str, *, k: int = 5, n_min: int = 5, n_max: int = 5
-) -> float | None:
-    """Per-step acceptance an n-gram proposer would have realised on this answer, or None.
+) -> tuple[float, float] | None:
+    """(accepted drafts per step ÷ k, draft tokens per step) an n-gram proposer would have
+    realised on this answer, over *all* steps (a step with no match drafts nothing), or None.
 
-    Counts a step with no draft as ``k`` rejected drafts, so ``1 + k * rate`` is the
-    expected number of tokens per speculative step over the *whole* answer (what the
-    routing model needs), not only over drafted steps. ``n_min``/``n_max`` are the
-    engine's ``prompt_lookup_min``/``max`` (vLLM's default is 5 for both when unset).
-    Bounded work: at most the last 64 000 characters of the prompt and the first 16 000
-    of the answer are replayed.
+    ``1 + k * first`` is the expected tokens per speculative step over the whole answer,
+    ``1 + second`` the tokens a step verifies per sequence (what it costs). ``n_min`` /
+    ``n_max`` are the engine's ``prompt_lookup_min``/``max`` (vLLM's default is 5 for
+    both when unset). Bounded work: at most the last 64 000 characters of the prompt and
+    the first 16 000 of the answer are replayed.
     """
     if not completion_text or k < 1 or not 1 <= n_min <= n_max:
         return None
@@ -160,4 +160,17 @@ def realised_lookup_acceptance(
     st = realised_lookup(tokenize(prompt), answer, k=k, n_min=n_min, n_max=n_max)
     if st.steps == 0:
         return None
-    return st.accepted / (st.steps * k)
+    return st.accepted / (st.steps * k), st.draft_tokens / st.steps
+
+
+def realised_lookup_acceptance(
+    prompt_text: str, completion_text: str, *, k: int = 5, n_min: int = 5, n_max: int = 5
+) -> float | None:
+    """Per-step acceptance an n-gram proposer would have realised on this answer, or None.
+
+    Counts a step with no draft as ``k`` rejected drafts, so ``1 + k * rate`` is the
+    expected number of tokens per speculative step over the *whole* answer (what the
+    routing model needs), not only over drafted steps. See :func:`realised_lookup_rates`.
+    """
+    r = realised_lookup_rates(prompt_text, completion_text, k=k, n_min=n_min, n_max=n_max)
+    return None if r is None else r[0]

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, replace
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
 from gateway.emulator.spec import parse_spec_config
+from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import build_policy
-from gateway.routing.overlap import predict_overlap, realised_lookup_acceptance
+from gateway.routing.overlap import predict_overlap, realised_lookup_rates
 from gateway.routing.types import ModelView, Outcome, PairView, RequestFeatures, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.workload import WorkloadRequest, iter_requests
@@ -177,6 +178,9 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         mon.inflight -= 1
         mon.finished(rec.tpot_s)
         summary = req.spec_summary() if route is Route.SPEC else None
+        lookup = realised_lookup_rates(
+            wr.prompt_text, "".join(req.output), k=cfg.k, n_min=lk_min, n_max=lk_max
+        )
         reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
         policy.observe(
             Outcome(
@@ -190,11 +194,10 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
                 completion_tokens=n,
                 ttft_s=rec.ttft_s,
                 tpot_s=rec.tpot_s,
-                lookup_acceptance=realised_lookup_acceptance(
-                    wr.prompt_text, "".join(req.output), k=cfg.k, n_min=lk_min, n_max=lk_max
-                ),
+                lookup_acceptance=lookup[0] if lookup else None,
                 reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
                 probe=rec.probe,
+                extra={LOOKUP_DRAFTS_KEY: lookup[1]} if lookup else {},
             ),
             now,
         )

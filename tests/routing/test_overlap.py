@@ -49,3 +49,14 @@ def test_realised_lookup_acceptance() -> None:
     assert high is not None and low is not None
     assert high > 0.15 > low  # per step over the whole answer, n-grams of 5 (vLLM's default)
     assert realised_lookup_acceptance(CODE, "") is None
+
+
+def test_realised_lookup_rates_report_drafting_cost() -> None:
+    from gateway.routing.overlap import realised_lookup_rates
+
+    copy = CODE.replace("helper", "assist")
+    rates = realised_lookup_rates(CODE, copy)
+    assert rates is not None
+    acc, drafted = rates
+    assert 0 < acc * 5 <= drafted <= 5  # accepted ≤ drafted ≤ k per step
+    assert realised_lookup_rates(CODE, "x", n_min=6, n_max=5) is None

@@ -142,6 +142,7 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
             request_id=rid,
             started=started,
             collect_text=collect,
+            raw=raw,
         )
         result = await call.run()
         status = result.status

@@ -32,6 +32,7 @@ from gateway.api.errors import ApiError, error_body
 from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_headers, upstream_headers
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.body import splice_model
 from gateway.proxy.logthrottle import LogThrottle
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
@@ -66,6 +67,7 @@ class ProxyCall(StreamRelay):
     request_id: str
     started: float = field(default_factory=time.monotonic)
     collect_text: bool = True  # keep the completion text for learning (costs a JSON parse per event)
+    raw: bytes = b""  # the client's body as received (spliced, not re-serialised, when exact)
 
     async def run(self) -> ProxyResult:
         d = self.decision
@@ -140,8 +142,14 @@ class ProxyCall(StreamRelay):
         return h
 
     def _payload(self, rt: EngineRuntime) -> bytes:
+        served = rt.config.served_model_name
+        if self.raw:
+            add_usage = self.stream and not self.include_usage
+            spliced = splice_model(self.raw, self.client_model, served, add_usage=add_usage)
+            if spliced is not None:
+                return spliced
         body = dict(self.body)
-        body["model"] = rt.config.served_model_name
+        body["model"] = served
         if self.stream and not self.include_usage:
             opts = body.get("stream_options")
             body["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}

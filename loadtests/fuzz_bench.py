@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,7 @@ def main() -> int:
     p.add_argument("--progress", type=int, default=1000, help="print progress every N cases (0: never)")
     p.add_argument("--out", default="fuzz.json", help="JSON report path")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the gateway we started
     res = run(args)
     Path(args.out).write_text(json.dumps(res, indent=1))
     print(json.dumps({k: v for k, v in res.items() if k != "violation_examples"}, indent=1))

@@ -441,6 +441,9 @@ async def sampler(
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    main_task = asyncio.current_task()
+    if main_task is not None:  # SIGTERM: unwind (stop the gateway and the engines), like Ctrl-C
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     group = await start_group(
         pair_launches(port_spec=0, port_base=0, name_spec=SPEC, name_base=BASE), time_scale=1.0
     )

@@ -157,6 +157,8 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None, telem
             logging.getLogger("gateway").warning(
                 "grace period over with %d request(s) in flight; closing them", state.inflight
             )
+            if state.cut_streams():  # let them send an error event and [DONE]
+                await state.drain(1.0)
     finally:
         logging.getLogger("gateway").info("shutting down")
         for sig in (signal.SIGINT, signal.SIGTERM):

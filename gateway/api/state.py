@@ -16,6 +16,8 @@ from gateway.proxy.learning import SampleBudget
 from gateway.proxy.pool import UpstreamPool
 from gateway.telemetry.hooks import Telemetry
 
+SHUTDOWN = "specgate: shutdown grace period over"  # cancel message of streams cut on shutdown
+
 
 @dataclass
 class GatewayState:
@@ -30,6 +32,7 @@ class GatewayState:
     ready_cache: tuple[float, bool, dict[str, object]] | None = None
     budgets: dict[str, SampleBudget] = field(default_factory=dict)
     draining: bool = False  # set on SIGTERM: /ready is 503 and new requests are refused
+    streams: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers relaying a stream
 
     _idle: asyncio.Event | None = None
 
@@ -43,6 +46,14 @@ class GatewayState:
             except TimeoutError:
                 pass
         return self.inflight == 0
+
+    def cut_streams(self) -> int:
+        """Grace period over: end the streams still relaying (each sends an error event and
+        ``[DONE]`` before closing). Returns how many were cut."""
+        tasks = [t for t in self.streams if not t.done()]
+        for t in tasks:
+            t.cancel(SHUTDOWN)
+        return len(tasks)
 
     def request_done(self) -> None:
         """Called by the request path each time a request in flight ends."""

@@ -18,6 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.api.headers import downstream_headers
+from gateway.api.state import SHUTDOWN, STATE
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.result import ProxyResult, Retryable
@@ -56,8 +57,6 @@ class StreamRelay:
         deadline: float,
         result: ProxyResult,
     ) -> None:
-        loop = asyncio.get_running_loop()
-        t = self.model.timeouts
         content = resp.content
         # Wait for the first bytes before answering the client: until then a failure
         # can still move the request to the sibling engine.
@@ -87,6 +86,32 @@ class StreamRelay:
         result.response = out
         result.status = 200
         await out.prepare(self.request)
+        streams = self.request.app[STATE].streams if STATE in self.request.app else None
+        task = asyncio.current_task()
+        if streams is not None and task is not None:
+            streams.add(task)
+        try:
+            await self._relay_events(rt, resp, chunk, out, deadline, result)
+        except asyncio.CancelledError as exc:
+            if SHUTDOWN in exc.args:
+                await _last_words(out, "the gateway is shutting down; the stream was cut")
+            raise
+        finally:
+            if streams is not None and task is not None:
+                streams.discard(task)
+
+    async def _relay_events(
+        self,
+        rt: EngineRuntime,
+        resp: aiohttp.ClientResponse,
+        chunk: bytes,
+        out: web.StreamResponse,
+        deadline: float,
+        result: ProxyResult,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        t = self.model.timeouts
+        content = resp.content
 
         patterns = model_patterns(rt.config.served_model_name, self.client_model)
         harvest = result.harvest
@@ -210,6 +235,16 @@ def _has_content(data: bytes) -> bool:
         if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
             return True
     return False
+
+
+async def _last_words(out: web.StreamResponse, message: str) -> None:
+    """Best effort, bounded: an error event and [DONE] to a client whose stream is being cut."""
+    try:
+        async with asyncio.timeout(1.0):
+            await out.write(error_event(message, 503, "service_unavailable") + DONE)
+            await out.write_eof()
+    except (TimeoutError, ConnectionError, RuntimeError):
+        pass
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

@@ -118,68 +118,153 @@ def _payload(stream: bool) -> bytes:
     ).encode()
 
 
-def run_load(url: str, stream: bool, rate: float, duration: float, concurrency: int, warmup: float) -> None:
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 client connection that parses just enough of a response
+    (status, Content-Length or chunked framing) to know when it ended: a load generator
+    that costs a few µs per request, so it never is the bottleneck it measures."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("connection closed"))
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.waiter is None or self.waiter.done():
+            return
+        done = _parse_response(self.buf)
+        if done is not None:
+            self.buf.clear()
+            self.waiter.set_result(done)
+
+    def request(self, raw: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(raw)
+        return self.waiter
+
+
+def _parse_response(buf: bytearray) -> tuple[int, bytes] | None:
+    """(status, body) once ``buf`` holds a whole response, else None."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = bytes(buf[:end]).lower()
+    status = int(head[9:12])
+    body_at = end + 4
+    i = head.find(b"\ncontent-length:")
+    if i >= 0:
+        n = int(head[i + 16 : head.find(b"\r", i + 1) if head.find(b"\r", i + 1) > 0 else None])
+        return (status, bytes(buf[body_at : body_at + n])) if len(buf) >= body_at + n else None
+    if b"\ntransfer-encoding: chunked" not in head:
+        return status, b""
+    out = bytearray()
+    pos = body_at
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+        if size == 0:
+            return (status, bytes(out)) if buf.find(b"\r\n", eol + 2) >= 0 else None
+        if len(buf) < eol + 2 + size + 2:
+            return None
+        out += buf[eol + 2 : eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+def run_load(
+    url: str, stream: bool, rate: float, duration: float, concurrency: int, warmup: float, peak_s: float
+) -> None:
     """Prints one JSON object: latencies of the open loop and req/s of the closed loop."""
-    import aiohttp
     import uvloop
 
-    payload = _payload(stream)
-    headers = {"Content-Type": "application/json"}
-
-    async def one(session: aiohttp.ClientSession) -> float | None:
-        t0 = time.perf_counter()
-        try:
-            async with session.post(url, data=payload, headers=headers) as r:
-                data = await r.read()
-                if r.status != 200 or (stream and not data.endswith(b"data: [DONE]\n\n")):
-                    return None
-        except aiohttp.ClientError:
-            return None
-        return time.perf_counter() - t0
-
-    async def open_loop(session: aiohttp.ClientSession, secs: float) -> tuple[list[float], int, float]:
-        lat: list[float] = []
-        errors = 0
-        tasks: list[asyncio.Task[float | None]] = []
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        n = int(secs * rate)
-        for i in range(n):
-            delay = start + i / rate - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(session)))
-        achieved = n / max(1e-9, loop.time() - start)
-        for res in await asyncio.gather(*tasks):
-            if res is None:
-                errors += 1
-            else:
-                lat.append(res)
-        return lat, errors, achieved
-
-    async def closed_loop(session: aiohttp.ClientSession, secs: float) -> tuple[int, int]:
-        done = errors = 0
-        stop_at = time.perf_counter() + secs
-
-        async def worker() -> None:
-            nonlocal done, errors
-            while time.perf_counter() < stop_at:
-                if await one(session) is None:
-                    errors += 1
-                else:
-                    done += 1
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return done, errors
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    path = "/" + url.split("//", 1)[1].split("/", 1)[1]
+    body = _payload(stream)
+    raw = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
     async def main() -> dict[str, Any]:
-        conn = aiohttp.TCPConnector(limit=max(concurrency, 256), keepalive_timeout=60)
-        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=30)) as s:
-            wl, we, _ = await open_loop(s, warmup)
-            lat, errors, achieved = await open_loop(s, duration)
+        loop = asyncio.get_running_loop()
+        idle: list[_Conn] = []
+
+        async def one() -> float | None:
+            conn = None
+            while idle:
+                c = idle.pop()
+                if not c.lost:
+                    conn = c
+                    break
+            if conn is None:
+                try:
+                    _, conn = await loop.create_connection(_Conn, host, int(port))
+                except OSError:
+                    return None
             t0 = time.perf_counter()
-            done, cerr = await closed_loop(s, max(2.0, duration / 2))
-            peak = done / (time.perf_counter() - t0)
+            try:
+                status, data = await asyncio.wait_for(conn.request(raw), 30)
+            except (ConnectionError, TimeoutError, ValueError):
+                if conn.transport is not None:
+                    conn.transport.close()
+                return None
+            dt = time.perf_counter() - t0
+            idle.append(conn)
+            if status != 200 or (stream and not data.endswith(b"data: [DONE]\n\n")):
+                return None
+            return dt
+
+        async def open_loop(secs: float) -> tuple[list[float], int, float, float]:
+            tasks: list[asyncio.Task[float | None]] = []
+            start = loop.time()
+            n = int(secs * rate)
+            late = 0.0
+            for i in range(n):
+                delay = start + i / rate - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    late = max(late, -delay)
+                tasks.append(loop.create_task(one()))
+            achieved = n / max(1e-9, loop.time() - start)
+            res = await asyncio.gather(*tasks)
+            lat = [r for r in res if r is not None]
+            return lat, len(res) - len(lat), achieved, late
+
+        async def closed_loop(secs: float) -> tuple[int, int]:
+            done = errors = 0
+            stop_at = time.perf_counter() + secs
+
+            async def worker() -> None:
+                nonlocal done, errors
+                while time.perf_counter() < stop_at:
+                    if await one() is None:
+                        errors += 1
+                    else:
+                        done += 1
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return done, errors
+
+        wl, we, _, _ = await open_loop(warmup)
+        lat, errors, achieved, late = await open_loop(duration)
+        t0 = time.perf_counter()
+        done, cerr = await closed_loop(peak_s) if peak_s > 0 else (0, 0)
+        peak = done / (time.perf_counter() - t0) if peak_s > 0 else float("nan")
+        for c in idle:
+            if c.transport is not None:
+                c.transport.close()
         total = len(wl) + we + len(lat) + errors + done + cerr
         lat.sort()
         q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else [float("nan")] * 99
@@ -187,6 +272,7 @@ def run_load(url: str, stream: bool, rate: float, duration: float, concurrency: 
             "n": len(lat),
             "errors": errors + cerr,
             "achieved_rate": achieved,
+            "max_send_lateness_ms": late * 1e3,
             "p50_ms": q[49] * 1e3,
             "p90_ms": q[89] * 1e3,
             "p99_ms": q[98] * 1e3,
@@ -216,6 +302,12 @@ def _cpu_ticks(pid: int) -> int:
         except (OSError, IndexError, ValueError):
             pass
     return total
+
+
+def _run_json(cmd: list[str]) -> dict[str, Any]:
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def _free_port() -> int:
@@ -304,6 +396,12 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=6.0, help="seconds of open-loop load per cell")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per cell")
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop workers for peak req/s")
+    ap.add_argument(
+        "--peak-duration",
+        type=float,
+        default=None,
+        help="seconds of closed-loop load for peak req/s (default: max(2, duration/2); 0: skip)",
+    )
     ap.add_argument("--events", type=int, default=8, help="SSE content events per streamed response")
     ap.add_argument(
         "--targets", default="direct,nginx,specgate", help="comma-separated subset (also: litellm)"
@@ -315,6 +413,16 @@ def main() -> int:
     )
     ap.add_argument("--out", default="overhead.json", help="where to write the JSON results")
     ap.add_argument(
+        "--pin",
+        default="",
+        metavar="LOAD:UPSTREAM:PROXY",
+        help="CPU lists for taskset, e.g. 0:0:1 (load generator and upstream on CPU 0, the proxy "
+        "under test on CPU 1); default: no pinning",
+    )
+    ap.add_argument(
+        "--nice", type=int, default=0, help="run every benchmark process at this nice level (root: < 0)"
+    )
+    ap.add_argument(
         "--gateway-telemetry",
         default="{}",
         help="the gateway config's telemetry section, as YAML flow (default {}: metrics + access log on)",
@@ -325,10 +433,24 @@ def main() -> int:
         run_upstream(args.port_file, args.events)
         return 0
     if args.role == "load":
-        run_load(args.url, args.stream, float(args.rate), args.duration, args.concurrency, args.warmup)
+        peak_s = args.peak_duration if args.peak_duration is not None else max(2.0, args.duration / 2)
+        run_load(
+            args.url, args.stream, float(args.rate), args.duration, args.concurrency, args.warmup, peak_s
+        )
         return 0
 
     procs: list[subprocess.Popen[bytes]] = []
+    pins = args.pin.split(":") if args.pin else []
+    if pins and len(pins) != 3:
+        ap.error("--pin takes three CPU lists: LOAD:UPSTREAM:PROXY")
+
+    def wrap(cmd: list[str], role: int) -> list[str]:
+        """``cmd`` under ``nice``/``taskset`` as asked (role: 0 load, 1 upstream, 2 proxy)."""
+        pre = ["nice", "-n", str(args.nice)] if args.nice else []
+        if pins and pins[role]:
+            pre += ["taskset", "-c", pins[role]]
+        return pre + cmd
+
     tmp = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
     os.chmod(tmp, 0o755)
     me = [sys.executable, os.path.abspath(__file__)]
@@ -336,7 +458,7 @@ def main() -> int:
         pf = tmp / "upstream.port"
         procs.append(
             subprocess.Popen(
-                [*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)]
+                wrap([*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)], 1)
             )
         )
         deadline = time.monotonic() + 20
@@ -360,7 +482,9 @@ def main() -> int:
                 conf = tmp / "nginx.conf"
                 user = "user root;\n" if os.geteuid() == 0 else ""
                 conf.write_text(NGINX_CONF.format(tmp=tmp, up=up, port=nport, user=user))
-                procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"]))
+                procs.append(
+                    subprocess.Popen(wrap([nginx, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"], 2))
+                )
                 pids["nginx"] = procs[-1].pid
                 urls["nginx"] = f"http://127.0.0.1:{nport}"
                 _wait_http(urls["nginx"] + "/health")
@@ -371,7 +495,7 @@ def main() -> int:
             gconf = tmp / "gateway.yaml"
             gconf.write_text(GATEWAY_CONF.format(port=gport, up=up, telemetry=args.gateway_telemetry))
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
-            procs.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
+            procs.append(subprocess.Popen(wrap(cmd, 2), stderr=subprocess.DEVNULL))
             pids["specgate"] = procs[-1].pid
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
@@ -396,7 +520,9 @@ def main() -> int:
                 cmd = [lbin, "--config", str(lconf), "--host", "127.0.0.1", "--port", str(lport)]
                 cmd += ["--num_workers", "1"]
                 procs.append(
-                    subprocess.Popen(cmd, env=lenv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    subprocess.Popen(
+                        wrap(cmd, 2), env=lenv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                    )
                 )
                 pids["litellm"] = procs[-1].pid
                 urls["litellm"] = f"http://127.0.0.1:{lport}"
@@ -420,28 +546,49 @@ def main() -> int:
         cells = [(stream, rate) for stream in (False, True) for rate in rates]
         for stream, rate in cells:
             for target in ["direct", *[t for t in targets if t != "direct"]]:
-                cmd = [
-                    *me,
-                    "--role",
-                    "load",
-                    "--url",
-                    urls[target] + "/v1/chat/completions",
-                    "--rate",
-                    str(rate),
-                    "--duration",
-                    str(args.duration),
-                    "--warmup",
-                    str(args.warmup),
-                    "--concurrency",
-                    str(args.concurrency),
-                ] + (["--stream"] if stream else [])
+                lcmd = [*me, "--role", "load", "--url", urls[target] + "/v1/chat/completions"]
+                lcmd += ["--concurrency", str(args.concurrency)] + (["--stream"] if stream else [])
+                # Latency at the given rate (open loop), and the proxy's CPU per request at it.
                 c0 = _cpu_ticks(pids[target])
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                r = _run_json(
+                    wrap(
+                        [
+                            *lcmd,
+                            "--rate",
+                            str(rate),
+                            "--duration",
+                            str(args.duration),
+                            "--warmup",
+                            str(args.warmup),
+                            "--peak-duration",
+                            "0",
+                        ],
+                        0,
+                    )
+                )
                 ticks = _cpu_ticks(pids[target]) - c0
-                r = json.loads(out.strip().splitlines()[-1])
-                r.update(target=target, mode="stream" if stream else "non-stream", rate=rate)
                 # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise.
                 r["cpu_us_per_req"] = ticks / os.sysconf("SC_CLK_TCK") / max(1, r["requests_total"]) * 1e6
+                # Peak req/s: closed loop of --concurrency workers, a separate run.
+                peak = _run_json(
+                    wrap(
+                        [
+                            *lcmd,
+                            "--rate",
+                            "1",
+                            "--duration",
+                            "0",
+                            "--warmup",
+                            "0",
+                            "--peak-duration",
+                            str(max(2.0, args.duration / 2)),
+                        ],
+                        0,
+                    )
+                )
+                r["peak_rps"] = peak["peak_rps"]
+                r["errors"] += peak["errors"]
+                r.update(target=target, mode="stream" if stream else "non-stream", rate=rate)
                 results.append(r)
                 print(
                     f"  {r['mode']:10} {rate:5.0f}/s {target:8} "

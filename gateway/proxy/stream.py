@@ -119,6 +119,7 @@ class StreamRelay:
         buf = b""
         saw_done = False
         broken: str | None = None
+        idle = _IdleTimer(loop, t.idle_s, deadline)
         try:
             async with asyncio.timeout(None) as tm:
                 while True:
@@ -139,7 +140,7 @@ class StreamRelay:
                             await out.write(b"".join(pieces))
                     if saw_done:
                         break
-                    tm.reschedule(min(deadline, loop.time() + t.idle_s))
+                    idle.touch(tm)  # a float store per chunk, not a timer
                     chunk = await content.readany()
                     if not chunk:
                         break
@@ -149,6 +150,8 @@ class StreamRelay:
             if isinstance(exc, aiohttp.ClientConnectionResetError):
                 raise  # the client went away (raised by our write)
             broken = "disconnected"
+        finally:
+            idle.close()
         if broken is None and not saw_done:
             if buf.strip():
                 piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop)
@@ -235,6 +238,43 @@ def _has_content(data: bytes) -> bool:
         if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
             return True
     return False
+
+
+class _IdleTimer:
+    """The idle/total limit of a stream without a timer per chunk: ``touch`` moves the
+    expiry forward (a float store); the one armed timer, when it fires early, re-arms
+    itself for the new expiry, and only a real expiry fires the ``asyncio.timeout``
+    (rescheduled to now, so cancellation and TimeoutError keep asyncio's semantics)."""
+
+    __slots__ = ("_deadline", "_handle", "_idle_s", "_loop", "_tm", "expires")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float, deadline: float) -> None:
+        self._loop = loop
+        self._idle_s = idle_s
+        self._deadline = deadline
+        self._tm: asyncio.Timeout | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self.expires = deadline
+
+    def touch(self, tm: asyncio.Timeout) -> None:
+        self.expires = min(self._deadline, self._loop.time() + self._idle_s)
+        if self._handle is None:
+            self._tm = tm
+            self._handle = self._loop.call_at(self.expires, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < self.expires:
+            self._handle = self._loop.call_at(self.expires, self._check)
+        elif self._tm is not None and self._tm.expired() is False:
+            self._handle = None
+            self._tm.reschedule(now)  # fires the timeout on the next loop iteration
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._tm = None
 
 
 async def _last_words(out: web.StreamResponse, message: str) -> None:

@@ -330,7 +330,11 @@ def _upstream_url(base: str, endpoint: str) -> yarl.URL:
 
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s)
+    # sock_connect bounds a new connection (aiohttp raises ConnectionTimeoutError for it);
+    # no ``connect`` limit: it would arm a timer on every request, even on a pooled
+    # connection (the pool is unbounded, so nothing waits for a slot; DNS is bounded by
+    # the first-byte deadline around the whole call).
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
 
 
 _USAGE_RE = re.compile(rb'"(prompt_tokens|completion_tokens)":\s*(\d+)')

@@ -61,8 +61,10 @@ class StreamRelay:
         # Wait for the first bytes before answering the client: until then a failure
         # can still move the request to the sibling engine.
         try:
-            async with asyncio.timeout_at(first_deadline):
-                chunk = await content.readany()
+            chunk = content.read_nowait()  # events that came with the headers: no timer needed
+            if not chunk and not content.at_eof():
+                async with asyncio.timeout_at(first_deadline):
+                    chunk = await content.readany()
         except TimeoutError:
             raise self._fail(
                 rt, "first_byte_timeout", 504, f"engine {rt.name} sent no event in time", result.reason
@@ -289,6 +291,8 @@ async def _last_words(out: web.StreamResponse, message: str) -> None:
 
 async def _drain(content: aiohttp.StreamReader) -> None:
     """Read the end of a finished stream (the chunked terminator) so the connection is reused."""
+    if content.is_eof():  # the terminator came with the last event (usual): no timer needed
+        return
     try:
         async with asyncio.timeout(1.0):
             for _ in range(4):

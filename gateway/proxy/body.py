@@ -9,12 +9,18 @@ only when the bytes prove it is exact; otherwise the caller serialises the parse
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
-# A key named "model" in key position (after '{' or ',') with a string value.
-_MODEL_KEY = re.compile(rb'[{,]\s*"model"\s*:\s*("(?:[^"\\]|\\.)*")')
+# The key "model" with a string value (matched where the one '"model"' of the body starts).
+_MODEL_KEY = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 _USAGE = b'"stream_options":{"include_usage":true}'
+
+
+@functools.lru_cache(maxsize=256)  # model names come from the configuration
+def _encoded(name: str) -> bytes:
+    return json.dumps(name, ensure_ascii=False).encode()
 
 
 def splice_model(raw: bytes, client: str, served: str, *, add_usage: bool) -> bytes | None:
@@ -27,17 +33,22 @@ def splice_model(raw: bytes, client: str, served: str, *, add_usage: bool) -> by
     no ``\\u006x`` escape the top-level key is spelled literally, so when ``"model"`` occurs
     once it is that key; a BOM or UTF-16/32 body never matches.
     """
-    if raw.count(b'"model"') != 1 or b"\\u006" in raw or raw.lstrip()[:1] != b"{":
+    if raw.count(b'"model"') != 1 or b"\\u006" in raw or raw[:64].lstrip()[:1] != b"{":
         return None
-    m = _MODEL_KEY.search(raw)
+    at = raw.find(b'"model"')
+    if raw[max(0, at - 64) : at].rstrip()[-1:] not in (b"{", b","):  # in key position, so not inside a string
+        return None
+    m = _MODEL_KEY.match(raw, at)
     if m is None:
         return None
-    try:
-        if json.loads(m.group(1)) != client:
+    value = m.group(1)
+    if value != _encoded(client):  # the usual spelling; any other must decode to the name
+        try:
+            if json.loads(value) != client:
+                return None
+        except ValueError:
             return None
-    except ValueError:
-        return None
-    out = raw[: m.start(1)] + json.dumps(served, ensure_ascii=False).encode() + raw[m.end(1) :]
+    out = raw[: m.start(1)] + _encoded(served) + raw[m.end(1) :]
     if add_usage:
         if b'"stream_options"' in raw:
             return None

@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Mapping
 
+from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -137,6 +138,12 @@ def _resource(service_name: str, env: Mapping[str, str]) -> Resource:
 def trace_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The W3C trace-context headers of ``headers`` (case-insensitive), validated by length."""
     out: dict[str, str] = {}
+    if isinstance(headers, CIMultiDictProxy | CIMultiDict):  # aiohttp's: two C lookups, no loop
+        for k in TRACE_HEADERS:
+            v = headers.get(k)
+            if v is not None and len(v) <= 512 and v.isprintable():
+                out[k] = v
+        return out
     for k, v in headers.items():
         lk = k.lower()
         if lk in TRACE_HEADERS and isinstance(v, str) and len(v) <= 512 and v.isprintable():

@@ -322,7 +322,12 @@ async def _sweep(
         for qps in points:
             scale = fixed_scale or _auto_scale(qps, mean_tokens, args.cpu_tokens_per_s)
             t0 = time.monotonic()
-            res = await _point(args, policy, qps, scale, logdir)
+            try:
+                res = await _point(args, policy, qps, scale, logdir)
+            except RuntimeError as exc:  # a process that did not come up: one more try
+                print(f"{policy} qps={qps:g}: {str(exc).splitlines()[0]}; retrying once", file=sys.stderr)
+                await asyncio.sleep(5)
+                res = await _point(args, policy, qps, scale, logdir)
             _write_requests(os.path.join(logdir, f"{policy}-q{qps:g}-requests.csv"), res)
             row = _row(args, policy, qps, scale, res)
             rows.append(row)

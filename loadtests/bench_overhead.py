@@ -6,12 +6,18 @@ A fast OpenAI-speaking upstream (a minimal aiohttp server in its own process) an
 (``--events`` SSE chunks, a usage chunk, ``data: [DONE]``). The same load is sent
 to it directly, through nginx (Debian package; ``proxy_buffering off``, upstream
 keep-alive) and through ``specgate serve`` (a temporary config with both engines of
-the pair on the upstream, scraping off). The load generator is an aiohttp client in
-its own process: an open loop at ``--rate`` req/s for latency (p50/p99 of the
-whole response; added = proxied − direct) and a closed loop of ``--concurrency``
-workers for peak req/s.
+the pair on the upstream, scraping off, ``--gateway-policy``).
 
-    .venv/bin/python loadtests/bench_overhead.py --out results/overhead.json
+The load generator is its own process: a raw asyncio-protocol HTTP/1.1 client on uvloop
+(keep-alive connections; half the CPU per request of an aiohttp client, and no client
+session machinery inside the timed span) that checks every answer (status 200; streams
+end with ``[DONE]``). Per cell: an open loop at ``--rate`` req/s (p50/p99 of the whole
+response, timed from the write of the request; added = proxied − direct), with the CPU
+time the process on the path spent meanwhile (scheduler run time from
+``/proc/*/task/*/schedstat``), then a separate closed loop of ``--concurrency`` workers
+for peak req/s. ``--pin`` runs the processes under ``taskset``, ``--nice`` under ``nice``.
+
+    .venv/bin/python loadtests/bench_overhead.py --rate 100,500 --out results/overhead.json
 
 Prints a markdown table; writes all numbers as JSON to ``--out``.
 """
@@ -287,8 +293,13 @@ def run_load(
 # --------------------------------------------------------------------------- orchestration
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime+stime of ``pid`` and its child processes (nginx workers), in clock ticks."""
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and its child processes (nginx workers), all threads, in seconds.
+
+    From ``/proc/*/task/*/schedstat`` (the scheduler's nanosecond run time), not the
+    utime/stime ticks of ``/proc/*/stat``: those are sampled at the timer tick, and a
+    process woken at a fixed rate in step with the tick is charged far more than it ran.
+    """
     total = 0
     pids = [pid]
     try:
@@ -297,11 +308,15 @@ def _cpu_ticks(pid: int) -> int:
         pass
     for p in pids:
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                total += int((t / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / 1e9
 
 
 def _run_json(cmd: list[str]) -> dict[str, Any]:
@@ -377,7 +392,7 @@ models:
         spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream,
                method: ngram, k: 5}}
         base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
-    routing: {{policy: always-base}}
+    routing: {{policy: {policy}}}
 telemetry: {telemetry}
 """
 
@@ -421,6 +436,13 @@ def main() -> int:
     )
     ap.add_argument(
         "--nice", type=int, default=0, help="run every benchmark process at this nice level (root: < 0)"
+    )
+    ap.add_argument(
+        "--gateway-policy",
+        default="always-base",
+        choices=["always-base", "always-spec", "temperature", "adaptive"],
+        help="the gateway's routing policy (default always-base: the proxy path alone; both "
+        "engines of the pair are the same upstream, so the route does not change the answer)",
     )
     ap.add_argument(
         "--gateway-telemetry",
@@ -493,7 +515,11 @@ def main() -> int:
         if "specgate" in targets:
             gport = _free_port()
             gconf = tmp / "gateway.yaml"
-            gconf.write_text(GATEWAY_CONF.format(port=gport, up=up, telemetry=args.gateway_telemetry))
+            gconf.write_text(
+                GATEWAY_CONF.format(
+                    port=gport, up=up, telemetry=args.gateway_telemetry, policy=args.gateway_policy
+                )
+            )
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
             procs.append(subprocess.Popen(wrap(cmd, 2), stderr=subprocess.DEVNULL))
             pids["specgate"] = procs[-1].pid
@@ -549,7 +575,7 @@ def main() -> int:
                 lcmd = [*me, "--role", "load", "--url", urls[target] + "/v1/chat/completions"]
                 lcmd += ["--concurrency", str(args.concurrency)] + (["--stream"] if stream else [])
                 # Latency at the given rate (open loop), and the proxy's CPU per request at it.
-                c0 = _cpu_ticks(pids[target])
+                c0 = _cpu_seconds(pids[target])
                 r = _run_json(
                     wrap(
                         [
@@ -566,9 +592,9 @@ def main() -> int:
                         0,
                     )
                 )
-                ticks = _cpu_ticks(pids[target]) - c0
+                cpu_s = _cpu_seconds(pids[target]) - c0
                 # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise.
-                r["cpu_us_per_req"] = ticks / os.sysconf("SC_CLK_TCK") / max(1, r["requests_total"]) * 1e6
+                r["cpu_us_per_req"] = cpu_s / max(1, r["requests_total"]) * 1e6
                 # Peak req/s: closed loop of --concurrency workers, a separate run.
                 peak = _run_json(
                     wrap(
@@ -610,7 +636,8 @@ def main() -> int:
             f"Loopback, {os.cpu_count()} CPUs, open loop at the given rate for {args.duration:g} s "
             f"per cell; peak = closed loop with {args.concurrency} workers; stream = {args.events} SSE "
             f"events + [DONE]; "
-            f"CPU µs/req = CPU of the process on the path (direct: the upstream itself); "
+            f"CPU µs/req = CPU of the process on the path during the open loop (direct: the "
+            f"upstream itself); gateway policy {args.gateway_policy}; "
             f"load average at start {os.getloadavg()[0]:.1f}.",
             "",
             "| mode | rate req/s | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s "
@@ -628,6 +655,11 @@ def main() -> int:
         doc = {
             "rates": rates,
             "load_average": os.getloadavg(),
+            "gateway_policy": args.gateway_policy,
+            "pin": args.pin or None,
+            "nice": args.nice,
+            "load_generator": "raw asyncio-protocol HTTP/1.1 client (uvloop), own process",
+            "cpu_source": "/proc/*/task/*/schedstat",
             "duration_s": args.duration,
             "concurrency": args.concurrency,
             "events": args.events,

@@ -93,7 +93,10 @@ def _window(text: str) -> str:
 
 
 def _any(text: str, needles: tuple[str, ...]) -> bool:
-    return any(n in text for n in needles)
+    for n in needles:  # noqa: SIM110 - a plain loop: half the cost of any(<generator>) per request
+        if n in text:
+            return True
+    return False
 
 
 def predict_overlap(prompt_text: str, instruction_text: str) -> tuple[float, str]:

@@ -241,3 +241,49 @@ def test_emulator_accepts_vllm_rejection_sample_methods(method: str) -> None:
         {"method": "eagle3", "model": "x", "num_speculative_tokens": 3, "rejection_sample_method": method}
     )
     assert not sc.synthetic and sc.k == 3
+
+
+def _shape(text: str) -> dict[str, tuple[str, frozenset[str], tuple[str, ...]]]:
+    out: dict[str, tuple[str, frozenset[str], tuple[str, ...]]] = {}
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith("vllm:") or fam.name == "vllm:cache_config_info":
+            continue
+        labels: set[str] = set()
+        les: list[str] = []
+        for s in fam.samples:
+            labels |= set(s.labels) - {"le"}
+            if s.name.endswith("_bucket") and s.labels["le"] not in les:
+                les.append(s.labels["le"])
+        out[fam.name] = (fam.type, frozenset(labels), tuple(les))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["base", *SPEC_ENGINES])
+def test_emulator_page_has_the_real_page_shape_for_every_method(engine: str) -> None:
+    """Every vllm:* family of the real page (n-gram, EAGLE-3, draft model, plain) exists on
+    the emulator's page of an engine started with the same --speculative-config, with the
+    same type, label names and histogram buckets, and nothing else."""
+    from gateway.emulator.device import Device
+    from gateway.emulator.engine import Engine, EngineConfig
+    from gateway.emulator.metrics import EngineMetrics
+    from gateway.emulator.spec import parse_spec_config
+
+    spec = None
+    if engine != "base":
+        cfg = dict(_probe()[engine]["spec"])
+        if cfg["method"] != "ngram":
+            cfg["model"] = "/models/draft"
+        spec = parse_spec_config(cfg)
+    ec = EngineConfig(served(engine), spec=spec, max_num_seqs=64, max_model_len=2048)
+    m = EngineMetrics(ec.served_model_name, spec_k=spec.k if spec else None, max_model_len=2048)
+    dev = Device()
+    eng = dev.attach(Engine(ec, observer=m))
+    m.engine = eng
+    for i in range(3):
+        dev.submit(
+            eng, eng.make_request("Return this list unchanged: a, b, c, d.", max_tokens=24, seed=i), 0.0
+        )
+    while (t := dev.next_event_time()) is not None:
+        dev.run_until(t)
+    real, ours = _shape(page(f"final-{engine}")), _shape(m.render().decode())
+    assert ours == real

@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
@@ -90,7 +91,24 @@ def load_from_args(args: argparse.Namespace) -> GatewayConfig:
     return cfg
 
 
-class _JsonFormatter(logging.Formatter):
+class _Formatter(logging.Formatter):
+    """``formatTime`` with the strftime part cached per second (one log line per request
+    made it a visible share of the request path)."""
+
+    _cache: tuple[int, str | None, str] = (-1, None, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        sec = int(record.created)
+        cache = self._cache  # one tuple, read and replaced whole: safe from other threads
+        if cache[0] != sec or cache[1] != datefmt:
+            stamp = time.strftime(datefmt or self.default_time_format, self.converter(record.created))
+            cache = self._cache = (sec, datefmt, stamp)
+        if datefmt:
+            return cache[2]
+        return self.default_msec_format % (cache[2], record.msecs) if self.default_msec_format else cache[2]
+
+
+class _JsonFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
@@ -111,7 +129,13 @@ def _setup_logging(level: str, as_json: bool) -> None:
     if as_json:
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Nothing the formats use, each costly per record: the caller's frame, thread and
+    # process names (the logging HOWTO's "Optimization" settings).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -28,9 +28,17 @@ def _logfmt_value(v: Field) -> str:
         return f"{v:.6g}"
     if isinstance(v, int):
         return str(v)
+    # Label-like values (the usual case) pass with C-level scans; anything else is checked
+    # by the regex and quoted when needed.
+    if v and v.isascii() and v.isprintable() and not _has_special(v):
+        return v
     if v == "" or _NEEDS_QUOTES.search(v):
         return json.dumps(v)
     return v
+
+
+def _has_special(v: str) -> bool:
+    return " " in v or '"' in v or "=" in v or "\\" in v
 
 
 def format_line(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> str:

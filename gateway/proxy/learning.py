@@ -8,7 +8,8 @@ import time
 
 from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.result import ProxyResult
-from gateway.routing.overlap import realised_lookup_acceptance
+from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
+from gateway.routing.overlap import realised_lookup_rates
 from gateway.routing.types import Decision, Outcome, RequestFeatures
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ def build_outcome(
     *,
     started: float,
     lookup_acceptance: float | None,
+    lookup_drafts_per_step: float | None = None,
 ) -> Outcome | None:
     if result.engine is None or result.route is None:
         return None
@@ -71,8 +73,17 @@ def build_outcome(
         reported_acceptance_rate=h.reported_acceptance_rate,
         reported_mean_acceptance_length=h.reported_mean_acceptance_length,
         probe=decision.probe,
-        extra={"retried": 1.0} if result.retried else {},
+        extra=_extra(result.retried, lookup_drafts_per_step),
     )
+
+
+def _extra(retried: bool, lookup_drafts_per_step: float | None) -> dict[str, float]:
+    extra: dict[str, float] = {}
+    if retried:
+        extra["retried"] = 1.0
+    if lookup_drafts_per_step is not None:
+        extra[LOOKUP_DRAFTS_KEY] = lookup_drafts_per_step
+    return extra
 
 
 def wants_lookup(result: ProxyResult) -> bool:
@@ -87,11 +98,21 @@ def observe(
     result: ProxyResult,
     *,
     started: float,
-    lookup: float | None = None,
+    lookup: tuple[float, float] | None = None,
 ) -> None:
-    """Build the outcome and call ``policy.observe``; logs, never raises."""
+    """Build the outcome and call ``policy.observe``; logs, never raises.
+
+    ``lookup`` is :func:`realised_lookup_rates`' (acceptance per step ÷ k, draft tokens per step).
+    """
     try:
-        outcome = build_outcome(features, decision, result, started=started, lookup_acceptance=lookup)
+        outcome = build_outcome(
+            features,
+            decision,
+            result,
+            started=started,
+            lookup_acceptance=None if lookup is None else lookup[0],
+            lookup_drafts_per_step=None if lookup is None else lookup[1],
+        )
         if outcome is not None:
             model.policy.observe(outcome, time.monotonic())
     except Exception:
@@ -107,15 +128,19 @@ async def learn_with_lookup(
     *,
     started: float,
     k: int,
+    n_min: int = 5,
+    n_max: int = 5,
 ) -> None:
-    """Compute the realised lookup acceptance (in a thread when large), then observe."""
-    lookup: float | None = None
+    """Replay the answer against the prompt as the engine's n-gram proposer would (in a
+    thread when large), then observe."""
+    lookup: tuple[float, float] | None = None
     try:
         completion = result.harvest.completion_text
+        kw = {"k": k, "n_min": n_min, "n_max": n_max}
         if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
-            lookup = realised_lookup_acceptance(prompt_text, completion, k=k)
+            lookup = realised_lookup_rates(prompt_text, completion, **kw)
         else:
-            lookup = await asyncio.to_thread(realised_lookup_acceptance, prompt_text, completion, k=k)
+            lookup = await asyncio.to_thread(realised_lookup_rates, prompt_text, completion, **kw)
     except Exception:
         log.exception("realised lookup failed (request unaffected)")
     observe(model, features, decision, result, started=started, lookup=lookup)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from gateway.routing.overlap import realised_lookup_acceptance
+from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
+from gateway.routing.overlap import realised_lookup_rates
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures, Route
 from tests.proxy.fake_engine import FakeEngine
@@ -200,8 +201,11 @@ async def test_policy_observes_outcome_with_lookup_and_reported_acceptance() -> 
     assert o.route is Route.SPEC and o.engine == "spec0" and o.ok
     assert o.completion_tokens == 9 and o.prompt_tokens == 7
     assert o.reported_mean_acceptance_length == 4.2 and o.reported_acceptance_rate == 0.66
-    expected = realised_lookup_acceptance(prompt, "".join(spec.tokens), k=5)
-    assert expected is not None and o.lookup_acceptance == expected
+    # Replayed with the spec engine's declared n-gram sizes (ngram defaults: 2..5).
+    expected = realised_lookup_rates(prompt, "".join(spec.tokens), k=5, n_min=2, n_max=5)
+    assert expected is not None and expected[0] > 0
+    assert o.lookup_acceptance == expected[0]
+    assert o.extra[LOOKUP_DRAFTS_KEY] == expected[1]
     assert o.ttft_s is not None and o.ttft_s >= 0
     assert o.tpot_s is not None and o.tpot_s >= 0
 

@@ -47,6 +47,8 @@ class ScrapeState:
     consecutive_failures: int
     has_spec_metrics: bool
     scrapes: int
+    # Wall seconds the last successful scrape took (GET + parse), for telemetry.
+    last_duration_s: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         s = self.stats
@@ -104,6 +106,7 @@ class MetricsScraper:
         self._last_error: str | None = None
         self._failures = 0
         self._scrapes = 0
+        self._last_duration: float | None = None
         self._has_spec = False
         self._task: asyncio.Task[None] | None = None
 
@@ -121,6 +124,7 @@ class MetricsScraper:
             consecutive_failures=self._failures,
             has_spec_metrics=self._has_spec,
             scrapes=self._scrapes,
+            last_duration_s=self._last_duration,
         )
 
     # -- scraping ---------------------------------------------------------------------
@@ -162,6 +166,7 @@ class MetricsScraper:
     async def scrape_once(self) -> None:
         """One GET + parse. Never raises (errors are recorded in :meth:`current`)."""
         self._scrapes += 1
+        t0 = time.perf_counter()
         try:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             async with self._session.get(self.url, timeout=timeout, headers=self._headers) as resp:
@@ -190,6 +195,7 @@ class MetricsScraper:
         except MetricsParseError as exc:
             self._fail(f"parse: {exc}"[:200])
             return
+        self._last_duration = time.perf_counter() - t0
         self._accept(now, sample)
 
     async def run(self) -> None:

@@ -36,6 +36,9 @@ class ScrapeStateLike(Protocol):
     @property
     def last_error(self) -> str | None: ...
 
+    @property
+    def last_duration_s(self) -> float | None: ...
+
 
 def runtime_state_source(
     runtimes: Callable[[], Iterable[ModelRuntimeLike]], clock: Callable[[], float] = time.monotonic
@@ -88,7 +91,10 @@ def scrape_listener(telemetry: _Recorder, engine: str) -> Callable[[ScrapeStateL
 
     def on_update(state: ScrapeStateLike) -> None:
         err = state.last_error
-        telemetry.record_scrape(engine, err is None, None, None if err is None else scrape_error_kind(err))
+        if err is None:
+            telemetry.record_scrape(engine, True, state.last_duration_s, None)
+        else:
+            telemetry.record_scrape(engine, False, None, scrape_error_kind(err))
 
     return on_update
 

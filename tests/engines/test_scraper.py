@@ -54,9 +54,11 @@ async def test_scrape_real_page_and_staleness(served: tuple[Upstream, str, aioht
     seen: list[ScrapeState] = []
     sc = MetricsScraper(session, url, clock=clock, stale_after_s=5.0, on_update=seen.append)
     assert sc.current().stale  # never scraped: unknown
+    assert sc.current().last_duration_s is None
     await sc.scrape_once()
     st = sc.current()
     assert not st.stale and st.has_spec_metrics and st.stats is not None
+    assert st.last_duration_s is not None and st.last_duration_s > 0
     assert st.stats.running == 0.0 and seen
     clock.t += 6.0
     assert sc.current().stale  # old data is unknown, never zero

@@ -30,24 +30,25 @@ def test_scrape_error_kinds_are_bounded(error: str | None, kind: str) -> None:
 @dataclass
 class _State:
     last_error: str | None
+    last_duration_s: float | None = None
 
 
 class _Recorder:
     def __init__(self) -> None:
-        self.calls: list[tuple[str, bool, str | None]] = []
+        self.calls: list[tuple[str, bool, float | None, str | None]] = []
 
     def record_scrape(
         self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
     ) -> None:
-        self.calls.append((engine, ok, error))
+        self.calls.append((engine, ok, duration_s, error))
 
 
 def test_scrape_listener() -> None:
     rec = _Recorder()
     cb = scrape_listener(rec, "spec0")
-    cb(_State(None))
-    cb(_State("http 502"))
-    assert rec.calls == [("spec0", True, None), ("spec0", False, "http_5xx")]
+    cb(_State(None, 0.012))
+    cb(_State("http 502", 0.5))
+    assert rec.calls == [("spec0", True, 0.012, None), ("spec0", False, None, "http_5xx")]
 
 
 class _Policy:

@@ -10,9 +10,11 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.telemetry.logs import ACCESS_FIELDS_ATTR
 
 DESCRIPTION = """\
 Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
@@ -114,8 +116,12 @@ class _JsonFormatter(_Formatter):
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
         }
+        fields = getattr(record, ACCESS_FIELDS_ATTR, None)
+        if isinstance(fields, Mapping):  # an access line: its fields become keys
+            out.update((k, v) for k, v in fields.items() if v is not None and k not in out)
+        else:
+            out["msg"] = record.getMessage()
         rid = getattr(record, "request_id", None)
         if rid:
             out["request_id"] = rid

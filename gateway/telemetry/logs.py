@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 ACCESS_LOGGER = "specgate.access"
+ACCESS_FIELDS_ATTR = "access_fields"  # LogRecord attribute holding the access line's fields
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 Field = str | int | float | bool | None
@@ -49,5 +50,9 @@ def format_line(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> st
 
 def emit(fields: Mapping[str, Field], fmt: Literal["text", "json"]) -> None:
     if access_log.isEnabledFor(logging.INFO):
-        # request_id also as a record attribute, for log formatters that pick it up.
-        access_log.info(format_line(fields, fmt), extra={"request_id": fields.get("request_id")})
+        # request_id and the fields themselves also as record attributes, so a structured
+        # formatter (``specgate serve --log-json``) emits them as keys, not a string in "msg".
+        access_log.info(
+            format_line(fields, fmt),
+            extra={"request_id": fields.get("request_id"), ACCESS_FIELDS_ATTR: fields},
+        )

@@ -75,7 +75,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     e.add_argument("--device", default="gpu0", help="device timeline name; engines on one device share it")
     e.add_argument(
-        "--time-scale", type=float, default=1.0, help="wall seconds per emulated second (default %(default)s)"
+        "--time-scale",
+        type=float,
+        default=None,
+        help="wall seconds per emulated second (default 1; with --config, overrides its time_scale)",
     )
     e.add_argument(
         "--pair", action="store_true", help="start a spec+base pair on one device (ports 8101/8102)"
@@ -107,7 +110,8 @@ def _faults(args: argparse.Namespace) -> Faults:
 
 def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]:
     if args.config:
-        return load_config(args.config)
+        launches, yaml_scale = load_config(args.config)
+        return launches, yaml_scale if args.time_scale is None else args.time_scale
     faults = _faults(args)
     if args.pair:
         launches = pair_launches(
@@ -126,7 +130,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
         for ln in launches:
             ln.faults = faults.model_copy()
             ln.log_stats = not args.disable_log_stats
-        return launches, args.time_scale
+        return launches, args.time_scale or 1.0
     cfg = EngineConfig(
         served_model_name=args.served_model_name or args.model,
         model=args.model,
@@ -148,7 +152,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
             per_request_metrics=args.per_request_spec_decode_metrics == "summary",
             faults=faults,
         )
-    ], args.time_scale
+    ], args.time_scale or 1.0
 
 
 async def _serve(launches: list[EngineLaunch], time_scale: float) -> None:
@@ -173,7 +177,11 @@ async def _serve(launches: list[EngineLaunch], time_scale: float) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.max_num_seqs < 1 or args.max_model_len < 16 or args.time_scale <= 0:
+    if (
+        args.max_num_seqs < 1
+        or args.max_model_len < 16
+        or (args.time_scale is not None and args.time_scale <= 0)
+    ):
         print(
             "error: --max-num-seqs >= 1, --max-model-len >= 16 and --time-scale > 0 are required",
             file=sys.stderr,

@@ -38,7 +38,8 @@ def test_cli_single_and_pair() -> None:
     assert one.config.served_model_name == "m-spec" and one.port == 9999 and scale == 3.0
     assert one.config.spec is not None and one.config.spec.method == "eagle3"
     assert one.faults.error_rate == 0.5
-    pair, _ = build_launches(_args("--pair", "--disable-log-stats"))
+    pair, pair_scale = build_launches(_args("--pair", "--disable-log-stats"))
+    assert pair_scale == 1.0
     assert [(ln.config.served_model_name, ln.port, ln.device) for ln in pair] == [
         ("qwen3-8b-spec", 8101, "gpu0"),
         ("qwen3-8b-base", 8102, "gpu0"),
@@ -65,6 +66,9 @@ def test_yaml_config_and_unknown_keys(tmp_path: Path) -> None:
     )
     launches, scale = load_config(str(good))
     assert scale == 2.0 and [ln.device for ln in launches] == ["g1", "g1"]
+    # The CLI: the YAML's time_scale unless --time-scale is given.
+    assert build_launches(_args("--config", str(good)))[1] == 2.0
+    assert build_launches(_args("--config", str(good), "--time-scale", "5"))[1] == 5.0
     assert (
         launches[0].per_request_metrics and not launches[1].log_stats and launches[1].faults.error_rate == 1
     )

@@ -346,10 +346,11 @@ def _fast_body(data: bytes, h: Harvest, patterns: Patterns, rename: bool) -> byt
     metrics, or when the model field is not where engines' JSON encoders put it."""
     if h.collect_text or b'"error"' in data or b'"metrics"' in data or not data.startswith(b"{"):
         return None
-    pair = next(((o, n) for o, n in patterns if o in data), None)
-    if pair is None:
+    for old, new in patterns:  # noqa: B007 - the match is used after the loop
+        if old in data:
+            break
+    else:
         return None
-    old, new = pair
     usage = data.rfind(b'"usage"')
     if usage < 0:
         return None

@@ -206,7 +206,7 @@ class StreamRelay:
             data = ev[5:].strip()
             if data == b"[DONE]":
                 return DONE, True
-            if not harvest.collect_text and not any(m in data for m in _SLOW_MARKERS):
+            if not harvest.collect_text and not _slow(data):
                 # Fast path for the plain content chunks that make up almost all of a stream:
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
@@ -229,7 +229,12 @@ class StreamRelay:
         return ev + b"\n\n", False
 
 
-_SLOW_MARKERS = (b'"usage"', b'"error"', b'"metrics"')
+def _slow(data: bytes) -> bool:
+    """The event may carry usage, an error or per-request metrics: parse it (no generator:
+    this runs for every event of every stream)."""
+    return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
+
+
 _CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
 
 

@@ -567,6 +567,8 @@ def main() -> int:
                         None,
                     )
 
+        started_utc = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        load_at_start = os.getloadavg()[0]
         rates = [float(x) for x in str(args.rate).split(",") if x.strip()]
         results: list[dict[str, Any]] = []
         cells = [(stream, rate) for stream in (False, True) for rate in rates]
@@ -638,7 +640,7 @@ def main() -> int:
             f"events + [DONE]; "
             f"CPU µs/req = CPU of the process on the path during the open loop (direct: the "
             f"upstream itself); gateway policy {args.gateway_policy}; "
-            f"load average at start {os.getloadavg()[0]:.1f}.",
+            f"{started_utc}, load average at start {load_at_start:.1f}.",
             "",
             "| mode | rate req/s | path | p50 ms | p99 ms | added p50 ms | added p99 ms | peak req/s "
             "| CPU µs/req | errors |",
@@ -654,7 +656,9 @@ def main() -> int:
         print(table)
         doc = {
             "rates": rates,
-            "load_average": os.getloadavg(),
+            "started_utc": started_utc,
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": os.getloadavg(),
             "gateway_policy": args.gateway_policy,
             "pin": args.pin or None,
             "nice": args.nice,

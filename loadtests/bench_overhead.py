@@ -570,6 +570,7 @@ def main() -> int:
         started_utc = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         load_at_start = os.getloadavg()[0]
         rates = [float(x) for x in str(args.rate).split(",") if x.strip()]
+        peak_s = args.peak_duration if args.peak_duration is not None else max(2.0, args.duration / 2)
         results: list[dict[str, Any]] = []
         cells = [(stream, rate) for stream in (False, True) for rate in rates]
         for stream, rate in cells:
@@ -609,7 +610,7 @@ def main() -> int:
                             "--warmup",
                             "0",
                             "--peak-duration",
-                            str(max(2.0, args.duration / 2)),
+                            str(peak_s),
                         ],
                         0,
                     )

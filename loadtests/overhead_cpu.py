@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""CPU the gateway adds per request, in one process: a robust A/B for code changes.
+
+The end-to-end benchmark (``bench_overhead.py``) is noisy on a shared machine. Here the
+upstream, the gateway (``build_app`` with the real telemetry, policy ``always-base``) and a
+raw HTTP client run on one uvloop; requests go one at a time, in alternating batches
+straight to the upstream and through the gateway, and the difference of
+``time.process_time()`` per request is the gateway's own CPU (its server and client legs
+included). ``--minimal`` measures a bare aiohttp forwarder instead, for scale; ``--gap``
+idles between requests (a cold path, as at a low request rate on a busy machine).
+
+    .venv/bin/python loadtests/overhead_cpu.py [--stream] [--minimal] [--batches 30]
+
+Prints the median and quartile of the per-batch differences (µs per request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvloop
+from aiohttp import web
+from bench_overhead import _chunk, _Conn, _payload
+
+from gateway.api.app import RUNNER_KWARGS, build_app
+from gateway.config import load_config
+from gateway.telemetry import build_telemetry
+
+CONFIG = """\
+server: {{host: 127.0.0.1, port: 0, max_concurrency: 100000}}
+scrape: {{enabled: false}}
+models:
+  - name: bench
+    pairs:
+      - device: gpu0
+        spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream,
+               method: ngram, k: 5}}
+        base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
+    routing: {{policy: always-base}}
+"""
+
+
+def _upstream() -> web.Application:
+    body = json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "bench-upstream",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "ok " * 16}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28},
+        },
+        separators=(",", ":"),
+    ).encode()
+    stream = b"".join(_chunk(i, " tok", "stop" if i == 7 else None) for i in range(8))
+    usage = (
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+        b'"model":"bench-upstream","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":8,'
+        b'"total_tokens":20}}\n\n'
+    )
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        req = await request.json()
+        if not req.get("stream"):
+            return web.Response(body=body, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(stream)
+        if (req.get("stream_options") or {}).get("include_usage"):
+            await resp.write(usage)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+def _minimal(up: int, session: aiohttp.ClientSession) -> web.Application:
+    url = f"http://127.0.0.1:{up}/v1/chat/completions"
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        data = await request.read()
+        async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
+            if r.headers.get("Content-Type", "").startswith("text/event-stream"):
+                out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await out.prepare(request)
+                async for piece in r.content.iter_any():
+                    await out.write(piece)
+                await out.write_eof()
+                return out
+            return web.Response(body=await r.read(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", forward)
+    return app
+
+
+async def _serve(app: web.Application, **kw: Any) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, **kw)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
+async def run(args: argparse.Namespace) -> list[float]:
+    loop = asyncio.get_running_loop()
+    runners: list[web.AppRunner] = []
+    up_runner, up = await _serve(_upstream(), access_log=None)
+    runners.append(up_runner)
+    session = aiohttp.ClientSession()
+    if args.minimal:
+        gw_runner, gw = await _serve(_minimal(up, session), access_log=None, handler_cancellation=True)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "gateway.yaml"
+            path.write_text(CONFIG.format(up=up))
+            cfg = load_config(str(path))
+        app = build_app(cfg, telemetry=build_telemetry(cfg.telemetry, known_models=["bench"]))
+        gw_runner, gw = await _serve(app, **RUNNER_KWARGS)
+    runners.append(gw_runner)
+    payload = _payload(args.stream)
+    conns: dict[int, _Conn] = {}
+    for port in (up, gw):
+        _, conns[port] = await loop.create_connection(_Conn, "127.0.0.1", port)
+
+    async def batch(port: int) -> float:
+        raw = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+        conn, spent, n = conns[port], 0.0, int(args.requests)
+        for _ in range(n):
+            if args.gap:
+                await asyncio.sleep(args.gap)
+            t0 = time.process_time()
+            status, _body = await conn.request(raw)
+            spent += time.process_time() - t0
+            if status != 200:
+                raise RuntimeError(f"HTTP {status} from port {port}")
+        return spent / n
+
+    try:
+        for port in (up, gw):  # warm-up
+            await batch(port)
+        gc.collect()
+        gc.freeze()
+        diffs = []
+        for _ in range(args.batches):
+            direct = await batch(up)
+            diffs.append((await batch(gw) - direct) * 1e6)
+        return diffs
+    finally:
+        for c in conns.values():
+            if c.transport is not None:
+                c.transport.close()
+        await session.close()
+        for r in reversed(runners):
+            await r.cleanup()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stream", action="store_true", help="streamed answers (8 events, usage, [DONE])")
+    ap.add_argument("--minimal", action="store_true", help="a bare aiohttp forwarder instead of specgate")
+    ap.add_argument("--batches", type=int, default=30, help="batch pairs (direct, proxied); default 30")
+    ap.add_argument("--requests", type=int, default=100, help="requests per batch; default 100")
+    ap.add_argument("--gap", type=float, default=0.0, help="seconds idle before each request; default 0")
+    args = ap.parse_args()
+    diffs = sorted(uvloop.run(run(args)))
+    q = statistics.quantiles(diffs, n=4)
+    what = "minimal aiohttp forwarder" if args.minimal else "specgate"
+    mode = "stream" if args.stream else "non-stream"
+    print(
+        f"{what}, {mode}: added CPU per request {statistics.median(diffs):.0f} µs "
+        f"(quartiles {q[0]:.0f}-{q[2]:.0f}, {args.batches} batches of {args.requests})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

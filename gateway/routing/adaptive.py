@@ -149,6 +149,11 @@ class AdaptivePolicy(PerRequestChoices):
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
+        if self.mode.flips == 0 and len(self._mix) < _MIX_MIN - 1:
+            # The first mode comes from a settled mix: until the window holds enough
+            # requests each prediction stands alone (else the first requests' classes
+            # would pick the regime, and the hysteresis band would hold it there).
+            self.mode.smoothed = None
         speculating = self.mode.update(speedup, now)
         no_data = spec.stale and evidence == 0.0 and not self.live_measured
         threshold = 1.0 + self.cfg.margin

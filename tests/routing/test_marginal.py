@@ -185,3 +185,14 @@ def test_snapshot_counts_new_reasons() -> None:
     warm(p, CHATTY, BASE_BUSY, 4.0, 30)
     p.decide(EDIT, IDLE, 200.0)
     assert p.snapshot()["reasons"].get("idle_pair") == 1  # type: ignore[union-attr]
+
+
+def test_first_mode_comes_from_a_settled_mix() -> None:
+    """A few open-chat requests first do not pin copy-heavy traffic in fallback."""
+    p = fresh()
+    t = warm(p, (CHAT_HOT,), BASE_BUSY, 0.5, 3)
+    assert not p.mode.speculating
+    for i in range(20):
+        p.decide(COPYING[i % len(COPYING)], SPEC_BUSY, t)
+        t += 0.5
+    assert p.mode.speculating and p.mode.flips == 0

@@ -35,7 +35,6 @@ from gateway.routing.acceptance import (
 )
 from gateway.routing.config import RoutingConfig
 from gateway.routing.costmodel import RegimeCosts, regime_costs
-from gateway.routing.marginal import POPULATION_MAX, PerRequestChoices, engine_load
 from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -55,8 +54,6 @@ REASONS: tuple[str, ...] = (
     "probe",
     "high_load",
     "low_acceptance",
-    "idle_pair",
-    "joins_busy_engine",
 )
 DEFAULT_K = 5
 # Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.
@@ -69,10 +66,11 @@ _MIX_WINDOW_S = 20.0  # traffic mix: requests of the last seconds...
 _MIX_MIN, _MIX_MAX = 16, 128  # ...at least / at most this many
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
-_EXPECT_WINDOW_S = 20.0  # spec-routed requests the live acceptance is compared with
 
 
-_load = engine_load  # an engine's load: the larger of the exact in-flight count and scraped
+def _load(e: EngineView) -> float:
+    scraped = (e.running or 0.0) + (e.waiting or 0.0)
+    return max(float(e.inflight), scraped)
 
 
 def _toward(old: float, new: float, dt: float, half_life: float) -> float:
@@ -80,7 +78,7 @@ def _toward(old: float, new: float, dt: float, half_life: float) -> float:
     return old + a * (new - old)
 
 
-class AdaptivePolicy(PerRequestChoices):
+class AdaptivePolicy:
     name = "adaptive"
 
     def __init__(self, cfg: RoutingConfig | None = None, *, steps: StepModel | None = None) -> None:
@@ -116,12 +114,6 @@ class AdaptivePolicy(PerRequestChoices):
         self._last_view_key: tuple[object, ...] | None = None
         # (time, spec load, base load, predicted spec step, predicted base step), last window.
         self._pred_hist: deque[tuple[float, float, float, float, float]] = deque(maxlen=4096)
-        # 1/E (as predicted on spec) of the latest requests sent to each engine: their
-        # in-flight populations, for the per-request choices.
-        self._spec_inv: deque[float] = deque(maxlen=POPULATION_MAX)
-        self._base_inv: deque[float] = deque(maxlen=POPULATION_MAX)
-        self._sent: deque[tuple[float, float, float, float, float]] = deque(maxlen=4096)
-        self._tokens: dict[str, float] = {}  # per class, mean completion tokens (EWMA)
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -149,11 +141,6 @@ class AdaptivePolicy(PerRequestChoices):
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
-        if self.mode.flips == 0 and len(self._mix) < _MIX_MIN - 1:
-            # The first mode comes from a settled mix: until the window holds enough
-            # requests each prediction stands alone (else the first requests' classes
-            # would pick the regime, and the hysteresis band would hold it there).
-            self.mode.smoothed = None
         speculating = self.mode.update(speedup, now)
         no_data = spec.stale and evidence == 0.0 and not self.live_measured
         threshold = 1.0 + self.cfg.margin
@@ -176,17 +163,9 @@ class AdaptivePolicy(PerRequestChoices):
                 reason = "below_break_even"  # held in fallback by the hysteresis band / dwell
             else:
                 reason = "high_load" if self._regime(1.0).speedup > threshold else "low_acceptance"
-        own = costs.base_ms / (costs.spec_ms / self._inv_e_mix() / e) if costs.spec_ms > 0 else 1.0
-        tokens = self._expected_tokens(features)
-        if not probe:
-            alt = self._per_request(spec, base, e, q, route, tokens)
-            if alt is not None:
-                route, reason, own = alt
         if route is Route.SPEC:
-            self._track_expected(blended, p_draft, q, tokens, now)
-            self._spec_inv.append(1.0 / max(1.0, e))
-        else:
-            self._base_inv.append(1.0 / max(1.0, e))
+            self._track_expected(blended, p_draft, q)
+        own = costs.base_ms / (costs.spec_ms / self._inv_e_mix() / e) if costs.spec_ms > 0 else 1.0
         d = decide_route(
             pair,
             route,
@@ -270,25 +249,19 @@ class AdaptivePolicy(PerRequestChoices):
             k=self.k,
         )
 
-    def _track_expected(self, blended: float, p_draft: float, q: float, tokens: float, now: float) -> None:
+    def _track_expected(self, blended: float, p_draft: float, q: float) -> None:
         """What the router expects the spec engine to measure of the traffic it sends.
 
-        The engine's tokens per step over a window is Σn / Σ(n/E): the token-weighted
-        *harmonic* mean of E of the requests that ran in it. So the expectation is kept
-        over the requests sent in the last window (plus a typical request's lifetime),
-        weighted by their expected length: the requests sent to spec may be a varying
-        subset of the traffic (per-request choices at low load), and an average over a
-        different span than the engine's window would compare different traffic.
+        The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
+        length, the *harmonic* mean of E. So the expectation is kept as a mean of 1/E.
         """
         al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
-        sent = self._sent
-        sent.append((now, tokens, 1.0 / blended, al, q))
-        while sent and sent[0][0] < now - _EXPECT_WINDOW_S:
-            sent.popleft()
-        w = sum(x[1] for x in sent) or 1.0
-        self._expected_inv = sum(x[1] * x[2] for x in sent) / w
-        self._expected_al = sum(x[1] * x[3] for x in sent) / w
-        self._expected_q = sum(x[1] * x[4] for x in sent) / w
+        old_al, old_inv = self._expected_al, self._expected_inv
+        self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
+        inv = 1.0 / blended
+        self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
+        old_q = self._expected_q
+        self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
 
     # -- live corrections -----------------------------------------------------------
     def _refresh_live(self, pair: PairView, now: float) -> None:
@@ -375,11 +348,6 @@ class AdaptivePolicy(PerRequestChoices):
         if not outcome.ok:
             return
         kind = outcome.kind if outcome.kind in KINDS else "chat"
-        if outcome.completion_tokens:
-            n = float(outcome.completion_tokens)
-            for key in (kind, ""):
-                old = self._tokens.get(key)
-                self._tokens[key] = n if old is None else old + 0.05 * (n - old)
         if self.method in NGRAM_METHODS:
             if outcome.lookup_acceptance is not None:
                 self.learner.observe(kind, outcome.temperature, outcome.lookup_acceptance * self.k, now)

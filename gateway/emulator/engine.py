@@ -32,6 +32,12 @@ an observer may also define ``on_preempt(req)``).
 KV cache: ``num_gpu_blocks`` x ``block_size`` tokens. Requests are admitted while their
 prompt fits; when the running batch would overflow, the newest requests are preempted
 and later recompute (prefill prompt + output again), as vLLM does.
+
+The data types (:class:`EngineConfig`, :class:`EngineRequest`, :class:`StepPlan`,
+:class:`TokenEvent`, :class:`EngineStats`, :class:`EngineObserver`) live in
+:mod:`gateway.emulator.engine_types` and the drafting/verification helpers
+(:func:`indexed_proposer`, ...) in :mod:`gateway.emulator.drafting`; both are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -39,162 +45,36 @@ from __future__ import annotations
 import itertools
 import random
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import cast
 
-from gateway.emulator.acceptance import (
-    curve_for,
-    ngram_token_acceptance,
-    sample_accepted,
-    synthetic_curve,
+from gateway.emulator.acceptance import curve_for, sample_accepted, synthetic_curve
+from gateway.emulator.drafting import apply_stop, draft_cost_ms, indexed_proposer, verify_text_drafts
+from gateway.emulator.engine_types import (
+    FINISH_REASONS,
+    EngineConfig,
+    EngineObserver,
+    EngineRequest,
+    EngineStats,
+    StepEntry,
+    StepPlan,
+    TokenEvent,
 )
-from gateway.emulator.spec import SpecConfig
 from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
 from gateway.physics import StepTimeProfile, get_profile
-from gateway.text import PromptLookupProposer, tokenize
+from gateway.text import tokenize
 
-FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    served_model_name: str = "qwen3-8b"
-    model: str = "Qwen/Qwen3-8B"
-    spec: SpecConfig | None = None
-    max_num_seqs: int = 256
-    max_model_len: int = 4096
-    max_num_batched_tokens: int = 8192
-    profile: str = "h200-qwen3-8b"
-    seed: int = 0
-    #: KV blocks of 16 tokens (the real H200 fixture engine had 4185 at 0.42 memory).
-    num_gpu_blocks: int = 4185
-    block_size: int = 16
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """Tokens a request produced in one step (several when drafts were accepted)."""
-
-    request: EngineRequest
-    tokens: list[str]
-    time: float
-    finish_reason: str | None = None
-
-
-@dataclass(eq=False)
-class EngineRequest:
-    request_id: str
-    prompt: str
-    prompt_tokens: list[str]
-    max_tokens: int
-    temperature: float
-    gen: AnswerGenerator
-    ignore_eos: bool = False
-    stop: tuple[str, ...] = ()
-    n_param: int = 1
-    #: Called with each TokenEvent by the real-time driver (not by the engine itself).
-    listener: Callable[[TokenEvent], None] | None = None
-    # --- state ---
-    arrival: float = 0.0
-    scheduled_at: float | None = None
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    finished_at: float | None = None
-    finish_reason: str | None = None
-    prefilled: int = 0
-    recompute: int = 0  # output tokens to prefill again after a preemption
-    output: list[str] = field(default_factory=list)
-    text_len: int = 0
-    proposer: PromptLookupProposer | None = None
-    rng: random.Random = field(default_factory=random.Random)
-    cond: list[float] = field(default_factory=list)
-    # --- speculative counters of this request ---
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
-
-    @property
-    def kind(self) -> PromptKind:
-        return self.gen.kind
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_tokens)
-
-    @property
-    def ctx(self) -> int:
-        return self.prefilled + len(self.output) - self.recompute
-
-    @property
-    def prefill_target(self) -> int:
-        """Tokens to prefill: the prompt, plus the output so far after a preemption."""
-        return len(self.prompt_tokens) + self.recompute
-
-    def spec_summary(self) -> dict[str, object]:
-        """vLLM's per-request ``metrics.speculative_decoding`` object."""
-        d = self.num_drafts
-        return {
-            "num_drafts": d,
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_draft_tokens": self.num_accepted,
-            "num_accepted_tokens_per_pos": list(self.accepted_per_pos),
-            "mean_acceptance_length": (1.0 + self.num_accepted / d) if d else 1.0,
-            "draft_acceptance_rate": (self.num_accepted / self.num_draft_tokens)
-            if self.num_draft_tokens
-            else 0.0,
-        }
-
-
-@dataclass(slots=True)
-class _Entry:
-    req: EngineRequest
-    prefill: int = 0  # prompt tokens prefilled in this step
-    drafts: list[str] | None = None  # n-gram draft tokens
-    n_drafts: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StepPlan:
-    batch: int  # sequences in the step (decoding + prefilling)
-    q: float  # mean tokens verified per decoding sequence (1 + drafts)
-    ctx: float  # mean context of the decoding sequences
-    prefill_tokens: int
-    num_tokens: int  # tokens scheduled in the step (vLLM's iteration_tokens)
-    draft_ms: float
-    duration_s: float
-    entries: tuple[_Entry, ...] = ()
-
-
-@dataclass(slots=True)
-class EngineStats:
-    """Cumulative counters (the ``vllm:*`` counters without Prometheus)."""
-
-    steps: int = 0
-    busy_s: float = 0.0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
-    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
-    preemptions: int = 0
-
-
-class EngineObserver(Protocol):
-    def on_step(self, plan: StepPlan, now: float) -> None: ...
-
-    def on_first_token(self, req: EngineRequest) -> None: ...
-
-    def on_tokens(self, req: EngineRequest, n: int, itl_s: float | None) -> None: ...
-
-    def on_spec(self, drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -> None: ...
-
-    def on_finished(self, req: EngineRequest) -> None: ...
-
-    def on_prompt_tokens(self, n: int) -> None: ...
+__all__ = [
+    "FINISH_REASONS",
+    "Engine",
+    "EngineConfig",
+    "EngineObserver",
+    "EngineRequest",
+    "EngineStats",
+    "StepEntry",
+    "StepPlan",
+    "TokenEvent",
+    "indexed_proposer",
+]
 
 
 class Engine:
@@ -336,7 +216,7 @@ class Engine:
         cfg = self.config
         preempted = self._preempt_if_full()
         budget = cfg.max_num_batched_tokens
-        entries: list[_Entry] = []
+        entries: list[StepEntry] = []
         spec = self.spec
         n_dec = 0
         dec_tokens = 0
@@ -347,10 +227,10 @@ class Engine:
             if req.prefilled < req.prefill_target:
                 chunk = min(budget, req.prefill_target - req.prefilled)
                 if chunk > 0:
-                    entries.append(_Entry(req, prefill=chunk))
+                    entries.append(StepEntry(req, prefill=chunk))
                     budget -= chunk
                 continue
-            e = _Entry(req)
+            e = StepEntry(req)
             if spec is not None:
                 room = min(req.max_tokens - len(req.output), cfg.max_model_len - req.ctx) - 1
                 if room > 0:
@@ -381,7 +261,7 @@ class Engine:
                 req.scheduled_at = now
             kv_free -= need
             chunk = min(budget, req.prefill_target)
-            entries.append(_Entry(req, prefill=chunk))
+            entries.append(StepEntry(req, prefill=chunk))
             budget -= chunk
         if not entries:
             return None
@@ -392,13 +272,7 @@ class Engine:
         ctx = ctx_sum / n_dec if n_dec else float(max(1, prefill_tokens // max(1, n_prefill)))
         prof = self.profile
         step_ms = prof.step_ms(batch, q, ctx) + prof.prefill_ms(prefill_tokens)
-        draft_ms = 0.0
-        if spec is not None and n_dec:
-            # Model drafters run k passes for the batch; n-gram lookup is host work per step.
-            k_eff = drafted_k if spec.text_based else spec.k
-            if k_eff or spec.text_based:
-                draft_ms = prof.draft_ms(spec.method, max(1, k_eff), n_dec, ctx, spec.draft_model)
-            draft_ms += prof.spec_host_overhead_ms
+        draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx) if spec is not None and n_dec else 0.0
         total_ms = step_ms + draft_ms + self.step_overhead_ms
         plan = StepPlan(
             batch=batch,
@@ -462,7 +336,7 @@ class Engine:
             accepted = 0
             if e.n_drafts:
                 if spec is not None and spec.text_based and not spec.synthetic:
-                    accepted = self._verify_text(req, e.drafts or [])
+                    accepted = verify_text_drafts(req, e.drafts or [])
                 else:
                     accepted = sample_accepted(req.cond, e.n_drafts, req.rng)
                 req.num_drafts += 1
@@ -487,19 +361,6 @@ class Engine:
             self.running = [r for r in self.running if r.finish_reason is None]
         return events
 
-    def _verify_text(self, req: EngineRequest, drafts: list[str]) -> int:
-        gen = req.gen
-        pos = len(req.output)
-        p_tok = ngram_token_acceptance(req.temperature)
-        a = 0
-        for tok in drafts:
-            if tok != gen.token(pos + a):
-                break
-            if p_tok < 1.0 and req.rng.random() >= p_tok:
-                break
-            a += 1
-        return a
-
     def _emit(self, req: EngineRequest, n: int, now: float) -> TokenEvent:
         """Append up to ``n`` answer tokens to ``req`` and decide whether it finished."""
         cfg = self.config
@@ -514,7 +375,7 @@ class Engine:
             finish = "length"
         toks = req.gen.tokens(start, end)
         if req.stop:
-            toks, hit = _apply_stop(req, toks)
+            toks, hit = apply_stop(req, toks)
             if hit:
                 finish = "stop"
         req.output.extend(toks)
@@ -532,56 +393,3 @@ class Engine:
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)
-
-
-def indexed_proposer(prompt: list[str], *, k: int, n_min: int, n_max: int) -> PromptLookupProposer:
-    """A :class:`PromptLookupProposer` over ``prompt``, indexed in bulk.
-
-    Same state as ``PromptLookupProposer(prompt, ...)`` (every n-gram that has a
-    follower maps to the end of its latest occurrence) but built with C-level zips:
-    long prompts are indexed once per request, so this is the emulator's hot path.
-    """
-    prop = PromptLookupProposer((), k=k, n_min=n_min, n_max=n_max)
-    size = len(prompt)
-    for n in range(n_min, n_max + 1):
-        if size > n:
-            grams = zip(*(prompt[j : size - n + j] for j in range(n)), strict=True)
-            prop._index[n] = dict(zip(grams, range(n, size), strict=True))
-    prop.tokens = list(prompt)
-    return prop
-
-
-def _apply_stop(req: EngineRequest, toks: list[str]) -> tuple[list[str], bool]:
-    """Cut ``toks`` at the first stop string (the stop string itself is not returned)."""
-    tail = "".join(req.output[-8:])
-    new = "".join(toks)
-    text = tail + new
-    best = -1
-    for s in req.stop:
-        if not s:
-            continue
-        i = text.find(s, max(0, len(tail) - len(s) + 1))
-        if i != -1 and (best == -1 or i < best):
-            best = i
-    if best == -1:
-        return toks, False
-    keep = best - len(tail)
-    if keep < 0:
-        # The stop string began in text already produced: trim it (a stream has sent it).
-        trim = -keep
-        while trim > 0 and req.output:
-            last = req.output.pop()
-            if len(last) > trim:
-                req.output.append(last[: len(last) - trim])
-            trim -= len(last)
-        return [], True
-    out: list[str] = []
-    acc = 0
-    for t in toks:
-        if acc + len(t) > keep:
-            if keep - acc > 0:
-                out.append(t[: keep - acc])
-            break
-        out.append(t)
-        acc += len(t)
-    return out, True

@@ -1,0 +1,132 @@
+"""The emulated server's OpenAI routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+
+A generation request is checked against the fault knobs, parsed and validated
+(:func:`gateway.emulator.protocol.parse_request`), turned into one engine request per
+prompt and choice, and answered by :mod:`gateway.emulator.responses` (one JSON body or
+an SSE stream); requests the client abandons are aborted at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiohttp import web
+
+from gateway.emulator.emulated import ENGINE, EmulatedEngine, cut_connection, json_response
+from gateway.emulator.engine import EngineRequest
+from gateway.emulator.protocol import (
+    SPEC_UNSUPPORTED_MESSAGE,
+    SSE_DONE,
+    ApiError,
+    ParsedRequest,
+    error_body,
+    models_body,
+    new_id,
+    parse_request,
+    sse,
+)
+from gateway.emulator.responses import stream_response, unary_response
+
+
+def _err(e: ApiError) -> web.Response:
+    return json_response(e.body(), e.status)
+
+
+async def get_models(request: web.Request) -> web.Response:
+    h = request.app[ENGINE]
+    cfg = h.engine.config
+    return json_response(models_body(cfg.served_model_name, cfg.model, cfg.max_model_len, h.created))
+
+
+async def post_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def post_chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    h = request.app[ENGINE]
+    if h.dead:
+        cut_connection(request)
+        return web.Response(status=503)
+    h.requests_seen += 1
+    f = h.faults
+    crash_after_chunks: int | None = None
+    if f.crash_after_requests is not None and h.requests_seen > f.crash_after_requests:
+        if not f.crash_mid_stream:
+            await h.crash()
+            cut_connection(request)
+            return web.Response(status=503)
+        crash_after_chunks = f.mid_stream_chunks
+    if f.hang == "accept":
+        await h.hang_event().wait()
+    if f.error_rate and h.rng.random() < f.error_rate:
+        return json_response(
+            error_body("emulated engine failure (error_rate fault)", "InternalServerError", 500), 500
+        )
+    cfg = h.engine.config
+    try:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError("request body is not valid JSON") from None
+        pr = parse_request(
+            body, chat=chat, served_model_name=cfg.served_model_name, max_model_len=cfg.max_model_len
+        )
+    except ApiError as e:
+        return _err(e)
+    rid = new_id(chat)
+    created = int(time.time())
+    headers = {}
+    if (xr := request.headers.get("X-Request-Id")) and len(xr) <= 256 and xr.isprintable():
+        headers["X-Request-Id"] = xr
+    if h.engine.spec is not None and pr.spec_unsupported:
+        err = ApiError(SPEC_UNSUPPORTED_MESSAGE)
+        if not pr.stream:
+            return json_response(err.body(), 400)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
+        await resp.prepare(request)
+        await resp.write(sse(err.body()) + SSE_DONE)
+        await resp.write_eof()
+        return resp
+    reqs = _make_requests(h, pr, rid)
+    h._open[id(request)] = request
+    try:
+        if pr.stream:
+            return await stream_response(request, h, pr, reqs, rid, created, headers, crash_after_chunks)
+        return await unary_response(request, h, pr, reqs, rid, created, headers)
+    except ConnectionResetError:
+        return web.Response(status=499)  # the client went away; nobody reads this
+    finally:
+        h._open.pop(id(request), None)
+        for r in reqs:
+            if r.finish_reason is None and not h.dead:
+                h.driver.abort(h.engine, r)  # client went away: free the slot at once
+
+
+def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:
+    reqs = []
+    cfg = h.engine.config
+    for p_i, (prompt, toks) in enumerate(zip(pr.prompts, pr.prompt_tokens, strict=True)):
+        max_tokens = pr.max_tokens if pr.max_tokens is not None else cfg.max_model_len - len(toks)
+        for c in range(pr.n):
+            seed = None if pr.seed is None else pr.seed + c
+            if seed is None and pr.n > 1 and pr.temperature > 0:
+                seed = h.rng.getrandbits(48)
+            reqs.append(
+                h.engine.make_request(
+                    prompt,
+                    prompt_tokens=toks,
+                    max_tokens=max_tokens,
+                    temperature=pr.temperature,
+                    seed=seed,
+                    ignore_eos=pr.ignore_eos,
+                    stop=pr.stop,
+                    request_id=f"{rid}-{p_i}-{c}",
+                    n_param=pr.n,
+                )
+            )
+    return reqs

@@ -48,6 +48,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="ngram", help="speculative method of the spec engine")
     parser.add_argument("-k", "--num-speculative-tokens", dest="k", type=int, default=5)
     parser.add_argument(
+        "--prompt-lookup-min",
+        type=int,
+        default=5,
+        help="n-gram proposer's smallest match (ngram only; vLLM's default; the emulated pair uses 2)",
+    )
+    parser.add_argument(
+        "--prompt-lookup-max", type=int, default=5, help="n-gram proposer's largest match (ngram only)"
+    )
+    parser.add_argument(
         "--routing", default="{}", help="JSON object of extra routing config fields for the adaptive policy"
     )
     parser.add_argument(
@@ -83,6 +92,8 @@ def run_schedule(
             profile=args.profile,
             method=args.method,
             k=args.k,
+            prompt_lookup_min=args.prompt_lookup_min,
+            prompt_lookup_max=args.prompt_lookup_max,
             routing=routing if p == "adaptive" else {},
             schedule=phases,
             warmup_s=args.warmup,
@@ -140,6 +151,8 @@ def main(args: argparse.Namespace) -> int:
             profile=args.profile,
             method=args.method,
             k=args.k,
+            prompt_lookup_min=args.prompt_lookup_min,
+            prompt_lookup_max=args.prompt_lookup_max,
             routing=routing if p == "adaptive" else {},
             warmup_s=args.warmup,
         )

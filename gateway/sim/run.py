@@ -31,6 +31,11 @@ class SimConfig:
     profile: str = "h200-qwen3-8b"
     method: str = "ngram"
     k: int = 5
+    # n-gram sizes of the prompt-lookup proposer (ignored by model-based methods); vLLM's
+    # defaults when --speculative-config sets neither (the emulated pair of `specgate emulate
+    # --pair` / `specgate bench` declares 2..5, which drafts more often).
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
     max_tokens_cap: int = 1024
     drain_s: float = 300.0  # stop this long after the last arrival even if requests remain
     # Requests arriving before this are run but left out of the summary (the run starts
@@ -136,7 +141,10 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     work = workload if workload is not None else arrivals(cfg)
     rcfg = RoutingConfig.model_validate({"policy": cfg.policy, "profile": cfg.profile, **cfg.routing})
     policy = build_policy(rcfg)
-    spec_cfg = parse_spec_config({"method": cfg.method, "num_speculative_tokens": cfg.k})
+    raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
+    if cfg.method in ("ngram", "ngram_gpu"):
+        raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
+    spec_cfg = parse_spec_config(raw_spec)
     assert spec_cfg is not None
     lk_min, lk_max = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
     device = Device("gpu0")

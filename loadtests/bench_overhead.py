@@ -149,6 +149,9 @@ class _Conn(asyncio.Protocol):
             return
         done = _parse_response(self.buf)
         if done is not None:
+            head = self.buf[: self.buf.find(b"\r\n\r\n")].lower()
+            if b"\nconnection: close" in head:  # e.g. nginx after keepalive_requests
+                self.lost = True  # not reused: the server closes it
             self.buf.clear()
             self.waiter.set_result(done)
 
@@ -226,7 +229,11 @@ def run_load(
                     conn.transport.close()
                 return None
             dt = time.perf_counter() - t0
-            idle.append(conn)
+            if conn.lost:
+                if conn.transport is not None:
+                    conn.transport.close()
+            else:
+                idle.append(conn)
             if status != 200 or (stream and not data.endswith(b"data: [DONE]\n\n")):
                 return None
             return dt
@@ -352,6 +359,7 @@ pid {tmp}/nginx.pid;
 events {{ worker_connections 4096; }}
 http {{
   access_log off;
+  keepalive_requests 1000000;  # like the other paths: client connections are not recycled
   client_body_temp_path {tmp}/body;
   proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fastcgi;

@@ -31,14 +31,17 @@ class PointResult:
     tokens_in_window: float  # output tokens delivered inside the window (streams spread evenly)
 
 
-async def _one(
+async def stream_chat(
     session: aiohttp.ClientSession,
     url: str,
-    body: dict[str, object],
+    body: Mapping[str, object],
     rec: RequestRecord,
     t_origin: float,
     time_scale: float,
 ) -> None:
+    """Send one streaming chat request and fill ``rec`` (times in emulated seconds since
+    ``t_origin``): status, route headers, TTFT, chunks, output tokens (the final usage
+    chunk, else the content chunks), E2E, and ``ok`` or ``error``."""
     start = time.perf_counter()
 
     def now() -> float:
@@ -131,7 +134,7 @@ async def run_point(
             rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
             rec.lateness = max(0.0, (time.perf_counter() - t_origin) / time_scale - t_next)
             task = asyncio.create_task(
-                _one(session, url, to_openai_body(req, model), rec, t_origin, time_scale)
+                stream_chat(session, url, to_openai_body(req, model), rec, t_origin, time_scale)
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)

@@ -45,6 +45,7 @@ sys.path.insert(0, HERE)
 
 from engines import ENGINES, MODEL, Engine, by_name  # noqa: E402
 
+from gateway.bench.loadgen import stream_chat  # noqa: E402
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
 from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
@@ -150,57 +151,6 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> str:
         return f"# fetch failed: {type(exc).__name__}: {exc}\n"
 
 
-async def one_request(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: dict[str, Any],
-    rec: RequestRecord,
-    t0: float,
-    scale: float,
-) -> None:
-    start = time.perf_counter()
-    rec.start = (start - t0) / scale
-    usage_tokens: int | None = None
-    try:
-        async with session.post(url, json=body) as resp:
-            rec.status = resp.status
-            rec.route = resp.headers.get("x-specgate-route", "")[:16]
-            rec.reason = resp.headers.get("x-specgate-reason", "")[:64]
-            if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
-            done = False
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    break
-                obj = json.loads(data)
-                if "error" in obj:
-                    raise RuntimeError(f"stream error: {str(obj['error'])[:200]}")
-                for choice in obj.get("choices") or ():
-                    if (choice.get("delta") or {}).get("content"):
-                        if rec.ttft is None:
-                            rec.ttft = (time.perf_counter() - start) / scale
-                        rec.chunks += 1
-                usage = obj.get("usage")
-                if usage and usage.get("completion_tokens") is not None:
-                    usage_tokens = int(usage["completion_tokens"])
-            if not done:
-                raise RuntimeError("stream ended without [DONE]")
-        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
-        rec.ok = True
-    except asyncio.CancelledError:
-        rec.error = "cancelled at the end of the drain"
-        raise
-    except Exception as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        rec.e2e = (time.perf_counter() - start) / scale
-
-
 async def closed_loop(
     gw: str, conc: int, args: argparse.Namespace, scale: float, seed: int
 ) -> tuple[list[RequestRecord], float]:
@@ -222,7 +172,7 @@ async def closed_loop(
                 rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
                 body = to_openai_body(req, MODEL, extra={"ignore_eos": True})
                 records.append(rec)
-                await one_request(session, url, body, rec, t0, scale)
+                await stream_chat(session, url, body, rec, t0, scale)
 
         tasks = [asyncio.create_task(worker(i)) for i in range(conc)]
         _, pending = await asyncio.wait(tasks, timeout=(w1 + args.drain) * scale)

@@ -9,17 +9,18 @@ the gateway wires to the engine runtime's health flag.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 import aiohttp
 
+from gateway.engines.periodic import PeriodicWorker
+
 log = logging.getLogger(__name__)
 
 
-class HealthChecker:
+class HealthChecker(PeriodicWorker):
     def __init__(
         self,
         session: aiohttp.ClientSession,
@@ -90,21 +91,8 @@ class HealthChecker:
             self.record(False, f"connect: {type(exc).__name__}")
         return self.healthy
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await self.check_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+    async def _step(self) -> None:
+        await self.check_once()
 
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name=f"health {self.url}")
-        return self._task
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def _task_name(self) -> str:
+        return f"health {self.url}"

@@ -14,7 +14,6 @@ on the event loop; pages larger than ``thread_parse_bytes`` are parsed in a thre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from gateway.engines.parse import (
     WindowedStats,
     parse_metrics,
 )
+from gateway.engines.periodic import PeriodicWorker
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class ScrapeState:
         }
 
 
-class MetricsScraper:
+class MetricsScraper(PeriodicWorker):
     def __init__(
         self,
         session: aiohttp.ClientSession,
@@ -198,22 +198,8 @@ class MetricsScraper:
         self._last_duration = time.perf_counter() - t0
         self._accept(now, sample)
 
-    async def run(self) -> None:
-        """Scrape forever at ``interval_s`` (cancel to stop)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+    async def _step(self) -> None:
+        await self.scrape_once()
 
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name=f"scrape {self.url}")
-        return self._task
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def _task_name(self) -> str:
+        return f"scrape {self.url}"

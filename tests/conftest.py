@@ -15,10 +15,12 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+
+from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 # A single callback holding the loop this long is a blocking call. Generous, because
 # CI machines are small and shared; real blocking I/O (a sleep, a DNS lookup, a file
@@ -75,3 +77,15 @@ def _no_blocking_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     if slow:
         pytest.fail("blocking work on the event loop:\n" + "\n".join(slow[:5]), pytrace=False)
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[EmulatorGroup]:
+    """A spec+base pair on one device, on ephemeral ports, emulated time 20x faster than wall."""
+    group = await start_group(
+        pair_launches(port_spec=0, port_base=0, per_request_metrics=True), time_scale=0.05
+    )
+    try:
+        yield group
+    finally:
+        await group.stop()

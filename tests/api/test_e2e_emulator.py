@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import openai
@@ -13,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from gateway.api.app import build_app
 from gateway.api.state import STATE
 from gateway.config import load_config
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup
 from gateway.routing.static import TemperaturePolicy
 from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures
 
@@ -42,17 +41,6 @@ class Recorder:
 
     def snapshot(self) -> dict[str, object]:
         return {"outcomes": len(self.outcomes)}
-
-
-@pytest.fixture
-async def pair() -> AsyncIterator[EmulatorGroup]:
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, per_request_metrics=True), time_scale=0.05
-    )
-    try:
-        yield group
-    finally:
-        await group.stop()
 
 
 async def test_sdk_through_gateway_to_emulated_pair(pair: EmulatorGroup) -> None:

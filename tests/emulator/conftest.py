@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineRequest
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 NGRAM5 = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":2,"prompt_lookup_max":5}'
 
@@ -29,15 +24,3 @@ def run_sequential(dev: Device, eng: Engine, reqs: list[EngineRequest], t0: floa
 def run_all(dev: Device) -> None:
     while (t := dev.next_event_time()) is not None:
         dev.run_until(t)
-
-
-@pytest.fixture
-async def pair() -> AsyncIterator[EmulatorGroup]:
-    """A spec+base pair on one device, on ephemeral ports, emulated time 20x faster than wall."""
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, per_request_metrics=True), time_scale=0.05
-    )
-    try:
-        yield group
-    finally:
-        await group.stop()

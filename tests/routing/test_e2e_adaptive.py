@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import openai
@@ -18,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from gateway.api.app import build_app
 from gateway.api.state import STATE
 from gateway.config import load_config
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -31,17 +30,6 @@ EDIT = [
     }
 ]
 CHAT = [{"role": "user", "content": "Write me a poem about the sea."}]
-
-
-@pytest.fixture
-async def pair() -> AsyncIterator[EmulatorGroup]:
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, per_request_metrics=True), time_scale=0.05
-    )
-    try:
-        yield group
-    finally:
-        await group.stop()
 
 
 async def _wait_scraped(app_state: object) -> None:

@@ -13,7 +13,7 @@ class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     policy: PolicyName = Field(
-        "temperature",
+        "adaptive",
         description="adaptive: the cost model; always-spec / always-base: static baselines; "
         "temperature: speculate at or below max_temperature",
     )

@@ -26,6 +26,8 @@ async def test_serve_subprocess_proxies_and_stops_on_sigterm(tmp_path: Path) -> 
             "models": [
                 {
                     "name": "m1",
+                    # The temperature rule makes the expected route exact (T=0 -> spec).
+                    "routing": {"policy": "temperature"},
                     "pairs": [
                         {
                             "spec": {

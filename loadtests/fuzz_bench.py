@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))  # the strategies live with the tests
 import yaml  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
+from gateway.bench.procs import emulated_pair_model  # noqa: E402
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group  # noqa: E402
 from tests.fuzz.hostile import Case, cases, check, send  # noqa: E402
 
@@ -74,22 +75,9 @@ def start_gateway(group: EmulatorGroup, tmp: Path) -> tuple[subprocess.Popen[byt
         "server": {"host": "127.0.0.1", "port": 0},
         "scrape": {"interval_s": 1.0},
         "models": [
-            {
-                "name": "m1",
-                "pairs": [
-                    {
-                        "spec": {
-                            "name": "spec0",
-                            "url": spec_url,
-                            "served_model_name": SPEC,
-                            "method": "ngram",
-                            "k": 5,
-                        },
-                        "base": {"name": "base0", "url": base_url, "served_model_name": BASE},
-                    }
-                ],
-                "routing": {"policy": "adaptive"},
-            }
+            emulated_pair_model(
+                spec_url, base_url, spec_served=SPEC, base_served=BASE, routing={"policy": "adaptive"}
+            )
         ],
     }
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(cfg))

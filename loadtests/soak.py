@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import signal
 import statistics
 import sys
@@ -49,6 +48,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
 from gateway.emulator.server import build_engine_app, serve_app
 from gateway.workload.sampler import iter_requests, to_openai_body
@@ -451,54 +451,27 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         e.handle.on_crash = killer(e.runner)
     spec_url, base_url = group.urls
     tmp = Path(tempfile.mkdtemp(prefix="specgate-soak-"))
+    model = emulated_pair_model(
+        spec_url,
+        base_url,
+        spec_served=SPEC,
+        base_served=BASE,
+        timeouts={"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 60.0},
+        retry={"failures_to_unhealthy": 3, "cooldown_s": 5.0},
+        routing={"policy": args.policy},
+    )
     cfg = {
         "server": {"host": "127.0.0.1", "port": 0, "max_concurrency": 512, "shutdown_grace_s": 10},
         "scrape": {"interval_s": 1.0, "timeout_s": 0.5, "stale_after_s": 5.0},
-        "models": [
-            {
-                "name": "m1",
-                "pairs": [
-                    {
-                        "spec": {
-                            "name": "spec0",
-                            "url": spec_url,
-                            "served_model_name": SPEC,
-                            "method": "ngram",
-                            "k": 5,
-                        },
-                        "base": {"name": "base0", "url": base_url, "served_model_name": BASE},
-                    }
-                ],
-                "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 60.0},
-                "retry": {"failures_to_unhealthy": 3, "cooldown_s": 5.0},
-                "routing": {"policy": args.policy},
-            }
-        ],
+        "models": [model],
     }
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(cfg))
     log_path = tmp / "gateway.log"
     log_fh = open(log_path, "wb")  # noqa: SIM115, ASYNC230 - a local file, closed below
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(tmp / "gateway.yaml"),
-        "--log-level",
-        "WARNING",
-        cwd=REPO,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    url = ""
-    while not url:
-        line = await proc.stderr.readline()
-        if not line:
-            raise SystemExit("gateway exited before listening")
-        if m := re.search(rb"listening on (http://\S+)", line):
-            url = m.group(1).decode()
+    try:
+        proc, url = await start_serve(tmp / "gateway.yaml", log_level="WARNING", cwd=REPO)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
     async def pump() -> None:
         assert proc.stderr is not None

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -18,6 +21,75 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def emulated_pair_model(
+    spec_url: str,
+    base_url: str,
+    *,
+    spec_served: str = "qwen3-8b-spec",
+    base_served: str = "qwen3-8b-base",
+    name: str = "m1",
+    device: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The gateway config entry of model ``name`` on one emulated pair: ``spec0`` (ngram,
+    k=5) at ``spec_url`` and ``base0`` at ``base_url``; ``extra`` adds model keys
+    (``timeouts``, ``retry``, ``routing``, ...)."""
+    pair: dict[str, Any] = {} if device is None else {"device": device}
+    pair["spec"] = {
+        "name": "spec0",
+        "url": spec_url,
+        "served_model_name": spec_served,
+        "method": "ngram",
+        "k": 5,
+    }
+    pair["base"] = {"name": "base0", "url": base_url, "served_model_name": base_served}
+    return {"name": name, "pairs": [pair], **extra}
+
+
+async def start_serve(
+    config_path: str | Path,
+    *,
+    log_level: str | None = None,
+    cwd: str | Path | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[asyncio.subprocess.Process, str]:
+    """Run ``python -m gateway serve --config <config_path>`` with stderr piped, and read
+    stderr until the gateway says where it listens. Returns the process (its stderr is the
+    caller's to drain) and its base URL; kills it and raises ``RuntimeError`` when it exits
+    first or does not listen within ``timeout_s``."""
+    args = ["serve", "--config", str(config_path)]
+    if log_level is not None:
+        args += ["--log-level", log_level]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        cwd=cwd,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stderr = proc.stderr
+    assert stderr is not None
+
+    async def listening_url() -> str:
+        while line := await stderr.readline():
+            if m := re.search(rb"listening on (http://\S+)", line):
+                return m.group(1).decode()
+        raise RuntimeError("gateway exited before listening")
+
+    try:
+        try:
+            return proc, await asyncio.wait_for(listening_url(), timeout_s)
+        except TimeoutError:
+            raise RuntimeError(f"gateway did not listen within {timeout_s:g}s") from None
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
 
 
 class Proc:

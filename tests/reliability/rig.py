@@ -23,6 +23,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE, GatewayState
+from gateway.bench.procs import emulated_pair_model
 from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
 from gateway.emulator.server import build_engine_app, serve_app
@@ -42,25 +43,16 @@ def chat(content: str = "Tell me about the sea.", **extra: Any) -> dict[str, Any
 
 
 def gateway_config(spec_url: str, base_url: str, **over: Any) -> GatewayConfig:
-    model: dict[str, Any] = {
-        "name": "m1",
-        "pairs": [
-            {
-                "device": "gpu0",
-                "spec": {
-                    "name": "spec0",
-                    "url": spec_url,
-                    "served_model_name": SPEC,
-                    "method": "ngram",
-                    "k": 5,
-                },
-                "base": {"name": "base0", "url": base_url, "served_model_name": BASE},
-            }
-        ],
-        "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 30.0},
-        "retry": {"failures_to_unhealthy": 3, "cooldown_s": 0.5},
-        "routing": {"policy": "temperature", "max_temperature": 0.3},
-    }
+    model = emulated_pair_model(
+        spec_url,
+        base_url,
+        spec_served=SPEC,
+        base_served=BASE,
+        device="gpu0",
+        timeouts={"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 30.0},
+        retry={"failures_to_unhealthy": 3, "cooldown_s": 0.5},
+        routing={"policy": "temperature", "max_temperature": 0.3},
+    )
     for key in ("timeouts", "retry", "routing"):
         model[key] = {**model[key], **over.pop(key, {})}
     data: dict[str, Any] = {

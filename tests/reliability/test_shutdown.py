@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from tests.reliability.rig import BASE, SPEC, chat, until
 
@@ -35,50 +34,18 @@ async def _gateway(
     group: EmulatorGroup, tmp: Path, grace_s: float
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     spec_url, base_url = group.urls
+    model = emulated_pair_model(
+        spec_url, base_url, spec_served=SPEC, base_served=BASE, routing={"policy": "always-spec"}
+    )
     cfg = {
         "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_s": grace_s},
         "scrape": {"interval_s": 0.2},
-        "models": [
-            {
-                "name": "m1",
-                "pairs": [
-                    {
-                        "spec": {
-                            "name": "spec0",
-                            "url": spec_url,
-                            "served_model_name": SPEC,
-                            "method": "ngram",
-                            "k": 5,
-                        },
-                        "base": {"name": "base0", "url": base_url, "served_model_name": BASE},
-                    }
-                ],
-                "routing": {"policy": "always-spec"},
-            }
-        ],
+        "models": [model],
     }
     path = tmp / "gateway.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(path),
-        cwd=REPO,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc, url = await start_serve(path, cwd=REPO)
     try:
-        assert proc.stderr is not None
-        url = ""
-        async with asyncio.timeout(30):
-            while not url:
-                line = (await proc.stderr.readline()).decode()
-                assert line, "gateway exited before listening"
-                if m := re.search(r"listening on (http://\S+)", line):
-                    url = m.group(1)
         yield proc, url
     finally:
         if proc.returncode is None:

@@ -12,34 +12,13 @@ from gateway.emulator.engine import Engine, EngineConfig
 from gateway.emulator.metrics import EngineMetrics
 from gateway.emulator.spec import parse_spec_config
 from tests.emulator.conftest import run_all
+from tests.gpu.vllm_families import READ_BY_GATEWAY, SPEC_FAMILIES
+from tests.gpu.vllm_families import REMOVED as REMOVED_IN_0_20
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.20.2"
 
-# Every family the gateway reads (DESIGN.md section 2).
-READ_BY_GATEWAY = [
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:generation_tokens",
-    "vllm:prompt_tokens",
-    "vllm:request_success",
-    "vllm:time_to_first_token_seconds",
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds",
-]
-SPEC_ONLY = [
-    "vllm:spec_decode_num_drafts",
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens",
-    "vllm:spec_decode_num_accepted_tokens_per_pos",
-]
-REMOVED = [
-    "vllm:gpu_cache_usage_perc",
-    "vllm:time_per_output_token_seconds",
-    "vllm:spec_decode_draft_acceptance_rate",
-]
+# Not exported by the emulator either, nor the old acceptance-rate gauge.
+REMOVED = (*REMOVED_IN_0_20, "vllm:spec_decode_draft_acceptance_rate")
 
 Shape = dict[str, tuple[str, frozenset[str], tuple[str, ...]]]
 
@@ -86,7 +65,7 @@ def _emulated_page(spec: bool, log_stats: bool = True) -> str:
 def test_families_match_real_vllm_page(spec: bool) -> None:
     real = _shape((FIXTURES / ("metrics-spec.txt" if spec else "metrics-base.txt")).read_text())
     ours = _shape(_emulated_page(spec))
-    wanted = READ_BY_GATEWAY + (SPEC_ONLY if spec else [])
+    wanted = READ_BY_GATEWAY + (SPEC_FAMILIES if spec else ())
     for name in wanted:
         assert name in real, f"{name} missing from the real page"
         assert name in ours, f"{name} missing from the emulator"

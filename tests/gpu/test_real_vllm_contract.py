@@ -19,6 +19,7 @@ from gateway.api.features import CHAT, COMPLETIONS, parse_request
 from gateway.engines.parse import MetricsWindow, parse_metrics
 from gateway.engines.scraper import MetricsScraper
 from gateway.proxy.sse import Harvest
+from tests.gpu.vllm_families import READ_BY_GATEWAY, REMOVED, SPEC_FAMILIES
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 SPEC_ENGINES = {
@@ -28,26 +29,6 @@ SPEC_ENGINES = {
     "eagle3-lo": (3, (0.4, 0.15, 0.05)),
     "draft-hi": (4, (0.85, 0.7, 0.55, 0.45)),
 }
-READ_BY_GATEWAY = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:generation_tokens",
-    "vllm:prompt_tokens",
-    "vllm:request_success",
-    "vllm:time_to_first_token_seconds",
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds",
-)
-SPEC_FAMILIES = (
-    "vllm:spec_decode_num_drafts",
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens",
-    "vllm:spec_decode_num_accepted_tokens_per_pos",
-)
-REMOVED = ("vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds")
 
 
 def page(name: str) -> str:

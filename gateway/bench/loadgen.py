@@ -154,11 +154,11 @@ async def run_point(
                 await t
     records = [r for r, t in window if t not in still]
     # Tokens delivered inside the window, also by requests that arrived during the warm-up.
-    tokens = sum(_tokens_within(r, w0, w1) for r, t in sent if t not in still)
+    tokens = sum(tokens_within(r, w0, w1) for r, t in sent if t not in still)
     return PointResult(records, (w0, w1), len(still), tokens)
 
 
-def _tokens_within(r: RequestRecord, w0: float, w1: float) -> float:
+def tokens_within(r: RequestRecord, w0: float, w1: float) -> float:
     """Output tokens of ``r`` delivered inside [w0, w1], spreading them evenly over the stream."""
     if not r.ok or r.output_tokens <= 0 or r.e2e is None:
         return 0.0

@@ -45,7 +45,7 @@ sys.path.insert(0, HERE)
 
 from engines import ENGINES, MODEL, Engine, by_name  # noqa: E402
 
-from gateway.bench.loadgen import stream_chat  # noqa: E402
+from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
 from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
@@ -182,18 +182,8 @@ async def closed_loop(
             with contextlib.suppress(asyncio.CancelledError):
                 await t
     window = [r for r in records if w0 <= r.start < w1]
-    tokens = sum(_tokens_within(r, w0, w1) for r in records)
+    tokens = sum(tokens_within(r, w0, w1) for r in records)
     return window, tokens
-
-
-def _tokens_within(r: RequestRecord, w0: float, w1: float) -> float:
-    if not r.ok or r.output_tokens <= 0 or r.e2e is None:
-        return 0.0
-    a = r.start + (r.ttft if r.ttft is not None else r.e2e)
-    b = r.start + r.e2e
-    if b <= a:
-        return float(r.output_tokens) if w0 <= b <= w1 else 0.0
-    return r.output_tokens * max(0.0, min(b, w1) - max(a, w0)) / (b - a)
 
 
 def engine_delta(before: str, after: str, served: str) -> dict[str, float | None]:

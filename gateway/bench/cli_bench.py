@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import Proc, free_port
+from gateway.bench.procs import Proc, emulated_pair_model, free_port
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample
@@ -112,30 +112,15 @@ def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> di
         "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
         "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
         "models": [
-            {
-                "name": "qwen3-8b",
-                "pairs": [
-                    {
-                        "device": "gpu0",
-                        "spec": {
-                            "name": "spec0",
-                            "url": f"http://127.0.0.1:{spec_port}",
-                            "served_model_name": "qwen3-8b-spec",
-                            "method": "ngram",
-                            "k": 5,
-                            "prompt_lookup_min": 2,
-                            "prompt_lookup_max": 5,
-                        },
-                        "base": {
-                            "name": "base0",
-                            "url": f"http://127.0.0.1:{base_port}",
-                            "served_model_name": "qwen3-8b-base",
-                        },
-                    }
-                ],
-                "timeouts": {"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
-                "routing": {"policy": policy},
-            }
+            emulated_pair_model(
+                f"http://127.0.0.1:{spec_port}",
+                f"http://127.0.0.1:{base_port}",
+                name="qwen3-8b",
+                device="gpu0",
+                spec_extra={"prompt_lookup_min": 2, "prompt_lookup_max": 5},
+                timeouts={"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
+                routing={"policy": policy},
+            )
         ],
     }
 

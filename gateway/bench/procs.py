@@ -31,11 +31,12 @@ def emulated_pair_model(
     base_served: str = "qwen3-8b-base",
     name: str = "m1",
     device: str | None = None,
+    spec_extra: dict[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """The gateway config entry of model ``name`` on one emulated pair: ``spec0`` (ngram,
-    k=5) at ``spec_url`` and ``base0`` at ``base_url``; ``extra`` adds model keys
-    (``timeouts``, ``retry``, ``routing``, ...)."""
+    k=5) at ``spec_url`` and ``base0`` at ``base_url``; ``spec_extra`` adds keys to the
+    spec engine's entry, ``extra`` model keys (``timeouts``, ``retry``, ``routing``, ...)."""
     pair: dict[str, Any] = {} if device is None else {"device": device}
     pair["spec"] = {
         "name": "spec0",
@@ -43,6 +44,7 @@ def emulated_pair_model(
         "served_model_name": spec_served,
         "method": "ngram",
         "k": 5,
+        **(spec_extra or {}),
     }
     pair["base"] = {"name": "base0", "url": base_url, "served_model_name": base_served}
     return {"name": name, "pairs": [pair], **extra}

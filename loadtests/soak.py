@@ -46,10 +46,9 @@ from typing import Any
 
 import aiohttp
 import yaml
-from aiohttp import web
 
 from gateway.bench.procs import emulated_pair_model, start_serve
-from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, process_death, start_group
 from gateway.emulator.server import build_engine_app, serve_app
 from gateway.workload.sampler import iter_requests, to_openai_body
 
@@ -57,20 +56,6 @@ SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
 REPO = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- engines
-
-
-def killer(runner: web.AppRunner) -> Callable[[], Awaitable[None]]:
-    """A process death: the port closes and every open connection drops."""
-
-    async def kill() -> None:
-        for site in list(runner.sites):
-            await site.stop()
-        server = runner.server
-        for conn in server.connections if server is not None else []:
-            if conn.transport is not None:
-                conn.transport.abort()
-
-    return kill
 
 
 async def restart(e: RunningEngine) -> None:
@@ -81,7 +66,7 @@ async def restart(e: RunningEngine) -> None:
     h.dead = False
     runner, _ = await serve_app(build_engine_app(h), e.launch.host, e.port)
     e.runner = runner
-    h.on_crash = killer(runner)
+    h.on_crash = process_death(runner)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -447,8 +432,6 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     group = await start_group(
         pair_launches(port_spec=0, port_base=0, name_spec=SPEC, name_base=BASE), time_scale=1.0
     )
-    for e in group.engines:
-        e.handle.on_crash = killer(e.runner)
     spec_url, base_url = group.urls
     tmp = Path(tempfile.mkdtemp(prefix="specgate-soak-"))
     model = emulated_pair_model(

@@ -13,6 +13,7 @@ Engines that name the same ``device`` share one GPU timeline (one
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,7 @@ class RunningEngine:
             new.requests_seen = 0
             new.dead = False
         runner, _site = await serve_app(build_engine_app(new), self.launch.host, self.port)
-        new.on_crash = _closer(runner)
+        new.on_crash = process_death(runner)
         self.handle, self.runner = new, runner
 
     @property
@@ -174,7 +175,7 @@ async def start_group(
         for ln, h in zip(launches, handles, strict=True):
             runner, _site = await serve_app(build_engine_app(h), ln.host, ln.port)
             r = RunningEngine(ln, h, runner, bound_port(runner))
-            h.on_crash = _closer(runner)
+            h.on_crash = process_death(runner)
             running.append(r)
     except BaseException:
         for r in running:
@@ -185,7 +186,9 @@ async def start_group(
     return EmulatorGroup(running, drivers)
 
 
-def _closer(runner: web.AppRunner) -> Any:
+def process_death(runner: web.AppRunner) -> Callable[[], Awaitable[None]]:
+    """An engine's ``on_crash``: what a process death does to its server."""
+
     async def close() -> None:
         # Like a dead process: stop listening (new connections are refused) and drop
         # every open connection, idle keep-alive ones included.

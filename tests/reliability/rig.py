@@ -25,7 +25,7 @@ from gateway.api.app import build_app
 from gateway.api.state import STATE, GatewayState
 from gateway.bench.procs import emulated_pair_model
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, process_death, start_group
 from gateway.emulator.server import build_engine_app, serve_app
 from gateway.engines.runtime import EngineRuntime
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
@@ -109,24 +109,7 @@ async def restart_engine(e: RunningEngine) -> None:
     h.dead = False
     runner, _ = await serve_app(build_engine_app(h), e.launch.host, e.port)
     e.runner = runner
-    h.on_crash = killer(runner)
-
-
-def killer(runner: web.AppRunner) -> Callable[[], Awaitable[None]]:
-    """What a process death does: the port closes AND every open connection drops (the
-    emulator's own crash only stops listening, so idle keep-alive connections would keep
-    answering /health)."""
-
-    async def kill() -> None:
-        for site in list(runner.sites):
-            await site.stop()
-        server = runner.server
-        for conn in server.connections if server is not None else []:
-            tr = conn.transport
-            if tr is not None:
-                tr.abort()
-
-    return kill
+    h.on_crash = process_death(runner)
 
 
 @asynccontextmanager
@@ -134,8 +117,6 @@ async def rig(*, time_scale: float = 0.02, **over: Any) -> AsyncIterator[Rig]:
     group = await start_group(
         pair_launches(port_spec=0, port_base=0, name_spec=SPEC, name_base=BASE), time_scale=time_scale
     )
-    for e in group.engines:
-        e.handle.on_crash = killer(e.runner)
     telemetry = GatewayTelemetry(TelemetryConfig(process_metrics=False, known_models=("m1",)))
     try:
         spec_url, base_url = group.urls

@@ -5,19 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
-METHODS = (
-    "ngram",
-    "ngram_gpu",
-    "suffix",
-    "draft_model",
-    "eagle",
-    "eagle3",
-    "mtp",
-    "medusa",
-    "mlp_speculator",
-)
+from gateway.config.models import SpecMethod
+
+# vLLM's speculative methods: the same list the gateway's config accepts.
+METHODS: tuple[str, ...] = get_args(SpecMethod)
 TEXT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 
 # Keys of vLLM's SpeculativeConfig that the emulator accepts (most only matter on a GPU).

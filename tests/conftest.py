@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gateway.config import GatewayConfig, load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 # A single callback holding the loop this long is a blocking call. Generous, because
@@ -89,3 +90,26 @@ async def pair() -> AsyncIterator[EmulatorGroup]:
         yield group
     finally:
         await group.stop()
+
+
+@pytest.fixture
+def pair_config(pair: EmulatorGroup) -> Callable[..., GatewayConfig]:
+    """The default gateway config pointed at ``pair`` (ephemeral port, scraping every
+    0.1 s); keyword arguments are further dotted-path overrides."""
+    spec, base = pair.engines
+
+    def make(**overrides: Any) -> GatewayConfig:
+        return load_config(
+            None,
+            env={},
+            overrides={
+                "server.port": 0,
+                "models.0.pairs.0.spec.url": spec.url,
+                "models.0.pairs.0.base.url": base.url,
+                "scrape.interval_s": 0.1,
+                "scrape.timeout_s": 1.0,
+                **overrides,
+            },
+        )
+
+    return make

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import openai
@@ -11,8 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
-from gateway.config import load_config
-from gateway.emulator.launch import EmulatorGroup
+from gateway.config import GatewayConfig
 from gateway.routing.static import TemperaturePolicy
 from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures
 
@@ -43,19 +43,8 @@ class Recorder:
         return {"outcomes": len(self.outcomes)}
 
 
-async def test_sdk_through_gateway_to_emulated_pair(pair: EmulatorGroup) -> None:
-    spec, base = pair.engines
-    cfg = load_config(
-        None,
-        env={},
-        overrides={
-            "server.port": 0,
-            "models.0.pairs.0.spec.url": spec.url,
-            "models.0.pairs.0.base.url": base.url,
-            "scrape.interval_s": 0.1,
-            "scrape.timeout_s": 1.0,
-        },
-    )
+async def test_sdk_through_gateway_to_emulated_pair(pair_config: Callable[..., GatewayConfig]) -> None:
+    cfg = pair_config()
     recorder = Recorder()
     gw = TestServer(build_app(cfg, policies={"qwen3-8b": recorder}))
     await gw.start_server()

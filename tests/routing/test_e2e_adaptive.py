@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import aiohttp
 import openai
@@ -16,8 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
-from gateway.config import load_config
-from gateway.emulator.launch import EmulatorGroup
+from gateway.config import GatewayConfig
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -41,20 +41,10 @@ async def _wait_scraped(app_state: object) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_adaptive_routes_through_scraped_emulated_pair(pair: EmulatorGroup) -> None:
-    spec, base = pair.engines
-    cfg = load_config(
-        None,
-        env={},
-        overrides={
-            "server.port": 0,
-            "models.0.pairs.0.spec.url": spec.url,
-            "models.0.pairs.0.base.url": base.url,
-            "models.0.routing.policy": "adaptive",
-            "scrape.interval_s": 0.1,
-            "scrape.timeout_s": 1.0,
-        },
-    )
+async def test_adaptive_routes_through_scraped_emulated_pair(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    cfg = pair_config(**{"models.0.routing.policy": "adaptive"})
     app = build_app(cfg)
     gw = TestServer(app)
     await gw.start_server()

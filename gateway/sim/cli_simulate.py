@@ -73,6 +73,33 @@ def _point(cfg: SimConfig) -> dict[str, float | int | str]:
     return simulate(cfg).summary()
 
 
+def _sim_config(
+    args: argparse.Namespace,
+    qps: float,
+    policy: str,
+    duration_s: float,
+    routing: dict[str, object],
+    schedule: tuple[tuple[float, float], ...] = (),
+) -> SimConfig:
+    """One run's config from the command line (``routing`` only for the adaptive policy)."""
+    return SimConfig(
+        qps=qps,
+        policy=policy,
+        duration_s=duration_s,
+        seed=args.seed,
+        mix=args.mix,
+        temperature=args.temperature,
+        profile=args.profile,
+        method=args.method,
+        k=args.k,
+        prompt_lookup_min=args.prompt_lookup_min,
+        prompt_lookup_max=args.prompt_lookup_max,
+        routing=routing if policy == "adaptive" else {},
+        schedule=schedule,
+        warmup_s=args.warmup,
+    )
+
+
 def run_schedule(
     args: argparse.Namespace,
     policies: list[str],
@@ -82,22 +109,7 @@ def run_schedule(
     rows: list[dict[str, float | int | str]] = []
     results = []
     for p in policies:
-        cfg = SimConfig(
-            qps=phases[0][0],
-            policy=p,
-            duration_s=sum(d for _, d in phases),
-            seed=args.seed,
-            mix=args.mix,
-            temperature=args.temperature,
-            profile=args.profile,
-            method=args.method,
-            k=args.k,
-            prompt_lookup_min=args.prompt_lookup_min,
-            prompt_lookup_max=args.prompt_lookup_max,
-            routing=routing if p == "adaptive" else {},
-            schedule=phases,
-            warmup_s=args.warmup,
-        )
+        cfg = _sim_config(args, phases[0][0], p, sum(d for _, d in phases), routing, schedule=phases)
         res = simulate(cfg)
         results.append(res)
         total = res.summary()
@@ -140,25 +152,7 @@ def main(args: argparse.Namespace) -> int:
     if bad or not qps or any(q <= 0 for q in qps) or args.duration <= 0:
         print(f"specgate simulate: bad --policies {bad} or --qps/--duration", file=sys.stderr)
         return 2
-    cfgs = [
-        SimConfig(
-            qps=q,
-            policy=p,
-            duration_s=args.duration,
-            seed=args.seed,
-            mix=args.mix,
-            temperature=args.temperature,
-            profile=args.profile,
-            method=args.method,
-            k=args.k,
-            prompt_lookup_min=args.prompt_lookup_min,
-            prompt_lookup_max=args.prompt_lookup_max,
-            routing=routing if p == "adaptive" else {},
-            warmup_s=args.warmup,
-        )
-        for q in qps
-        for p in policies
-    ]
+    cfgs = [_sim_config(args, q, p, args.duration, routing) for q in qps for p in policies]
     t0 = time.monotonic()
 
     def progress(r: dict[str, float | int | str]) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import Proc, emulated_pair_model, free_port
+from gateway.bench.procs import Proc, emulated_pair_model, free_port, running_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample
@@ -156,15 +156,10 @@ async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float
         ["serve", "--config", cfg_path, "--log-level", "WARNING"],
         os.path.join(logdir, f"{tag}-gateway.log"),
     )
-    try:
-        await emu.start()
-        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
-        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
-        await gw.start()
-        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
+    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
         await asyncio.sleep(1.5)  # a couple of scrapes, so that policies see both engines
         return await run_point(
-            f"http://127.0.0.1:{gw_port}",
+            gw_url,
             "qwen3-8b",
             qps,
             duration_s=window_s(args, qps),
@@ -176,9 +171,6 @@ async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float
             max_tokens_cap=args.max_tokens_cap,
             drain_s=args.drain,
         )
-    finally:
-        await gw.stop()
-        await emu.stop()
 
 
 def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: PointResult) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,22 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
             await p.wait()
+
+
+@asynccontextmanager
+async def running_stack(
+    emu: Proc, gw: Proc, spec_port: int, base_port: int, gw_port: int
+) -> AsyncIterator[str]:
+    """Start the emulated pair ``emu`` (its engines on ``spec_port``/``base_port``), then the
+    gateway ``gw`` on ``gw_port``, each once it is healthy/ready; yield the gateway's base
+    URL; stop the gateway, then the emulator."""
+    try:
+        await emu.start()
+        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
+        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
+        await gw.start()
+        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
+        yield f"http://127.0.0.1:{gw_port}"
+    finally:
+        await gw.stop()
+        await emu.stop()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gateway.bench.cli_bench import gateway_config
-from gateway.bench.procs import Proc, free_port
+from gateway.bench.procs import Proc, free_port, running_stack
 
 
 @pytest.fixture
@@ -23,13 +23,5 @@ async def gateway_url(tmp_path: Path) -> AsyncIterator[str]:
         str(tmp_path / "emulator.log"),
     )
     gw = Proc("gateway", ["serve", "--config", str(cfg)], str(tmp_path / "gateway.log"))
-    try:
-        await emu.start()
-        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
-        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
-        await gw.start()
-        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
-        yield f"http://127.0.0.1:{gw_port}"
-    finally:
-        await gw.stop()
-        await emu.stop()
+    async with running_stack(emu, gw, spec_port, base_port, gw_port) as url:
+        yield url

@@ -36,6 +36,16 @@ def yaml_docs(path: Path) -> list[dict[str, Any]]:
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+def flag(argv: list[str], name: str) -> str | None:
+    """The value of ``name`` in an argv (``--x v`` or ``--x=v``), or None."""
+    for i, a in enumerate(argv):
+        if a == name:
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def emulator_engines(argv: list[str]) -> dict[int, tuple[str, dict[str, Any] | None, str, bool]]:
     """What `specgate <argv>` (an `emulate` command line) serves, per port: served model name,
     speculative config (None when plain), device timeline and whether vllm:* metrics are on —

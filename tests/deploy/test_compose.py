@@ -22,7 +22,7 @@ import yaml
 
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
-from tests.deploy.helpers import COMPOSE_DIR, DEPLOY, REPO, emulator_engines, interpolate
+from tests.deploy.helpers import COMPOSE_DIR, DEPLOY, REPO, emulator_engines, flag, interpolate
 
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 SCHEMA = Path(__file__).with_name("schemas") / "compose-spec.json"
@@ -48,15 +48,6 @@ def services(profile: str) -> dict[str, Any]:
         for name, svc in compose()["services"].items()
         if not svc.get("profiles") or profile in svc["profiles"]
     }
-
-
-def flag(argv: list[str], name: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == name:
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def bind_mounts(svc: dict[str, Any]) -> dict[str, Path]:

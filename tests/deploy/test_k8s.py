@@ -289,15 +289,6 @@ def _env(container: Doc) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == name:
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def engine_view(sts: Doc) -> dict[str, Any]:
     """What a pair pod serves: per role, port and served name, plus the spec config."""
     (c,) = sts["spec"]["template"]["spec"]["containers"]

@@ -48,26 +48,11 @@ import aiohttp
 import yaml
 
 from gateway.bench.procs import emulated_pair_model, start_serve
-from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, process_death, start_group
-from gateway.emulator.server import build_engine_app, serve_app
+from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
 REPO = Path(__file__).resolve().parents[1]
-
-# ----------------------------------------------------------------------------- engines
-
-
-async def restart(e: RunningEngine) -> None:
-    h = e.handle
-    await e.runner.cleanup()
-    h.set_faults({"crash_after_requests": None, "crash_mid_stream": False, "hang": "none", "error_rate": 0.0})
-    h.requests_seen = 0
-    h.dead = False
-    runner, _ = await serve_app(build_engine_app(h), e.launch.host, e.port)
-    e.runner = runner
-    h.on_crash = process_death(runner)
-
 
 # ----------------------------------------------------------------------------- faults
 
@@ -99,7 +84,7 @@ def _crash(engine: str) -> Callable[[EmulatorGroup], Awaitable[None]]:
 
 def _restart(engine: str) -> Callable[[EmulatorGroup], Awaitable[None]]:
     async def apply(g: EmulatorGroup) -> None:
-        await restart(g.by_name(engine))
+        await g.by_name(engine).restart(fresh_state=False)
 
     return apply
 

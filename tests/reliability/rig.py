@@ -25,8 +25,7 @@ from gateway.api.app import build_app
 from gateway.api.state import STATE, GatewayState
 from gateway.bench.procs import emulated_pair_model
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, process_death, start_group
-from gateway.emulator.server import build_engine_app, serve_app
+from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
 from gateway.engines.runtime import EngineRuntime
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 
@@ -98,18 +97,7 @@ class Rig:
 
     async def restart(self, served: str) -> None:
         """Bring a crashed engine back on the same port, like a supervisor restarting it."""
-        await restart_engine(self.emulated(served))
-
-
-async def restart_engine(e: RunningEngine) -> None:
-    h = e.handle
-    await e.runner.cleanup()
-    h.set_faults({"crash_after_requests": None, "crash_mid_stream": False, "hang": "none", "error_rate": 0.0})
-    h.requests_seen = 0
-    h.dead = False
-    runner, _ = await serve_app(build_engine_app(h), e.launch.host, e.port)
-    e.runner = runner
-    h.on_crash = process_death(runner)
+        await self.emulated(served).restart(fresh_state=False)
 
 
 @asynccontextmanager

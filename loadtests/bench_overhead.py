@@ -38,7 +38,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # --------------------------------------------------------------------------- upstream
 
@@ -54,8 +57,9 @@ def _chunk(i: int, text: str, finish: str | None) -> bytes:
     return b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n"
 
 
-def run_upstream(port_file: str, events: int) -> None:
-    import uvloop
+def upstream_app(events: int) -> web.Application:
+    """A fast OpenAI-speaking upstream: a fixed chat body, or ``events`` SSE chunks
+    (+ usage when asked) and ``[DONE]``. Also used in-process by ``overhead_cpu.py``."""
     from aiohttp import web
 
     body = json.dumps(
@@ -76,7 +80,9 @@ def run_upstream(port_file: str, events: int) -> None:
         b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
         b'"model":"bench-upstream","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":'
         + str(events).encode()
-        + b',"total_tokens":0}}\n\n'
+        + b',"total_tokens":'
+        + str(12 + events).encode()
+        + b"}}\n\n"
     )
 
     async def chat(request: web.Request) -> web.StreamResponse:
@@ -95,11 +101,18 @@ def run_upstream(port_file: str, events: int) -> None:
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    return app
+
+
+def run_upstream(port_file: str, events: int) -> None:
+    import uvloop
+    from aiohttp import web
+
     async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        app.router.add_get("/health", health)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(upstream_app(events), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
         await site.start()

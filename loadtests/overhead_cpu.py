@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import statistics
 import tempfile
 import time
@@ -29,7 +28,7 @@ from typing import Any
 import aiohttp
 import uvloop
 from aiohttp import web
-from bench_overhead import _chunk, _Conn, _payload
+from bench_overhead import _Conn, _payload, upstream_app
 
 from gateway.api.app import RUNNER_KWARGS, build_app
 from gateway.config import load_config
@@ -47,45 +46,6 @@ models:
         base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
     routing: {{policy: always-base}}
 """
-
-
-def _upstream() -> web.Application:
-    body = json.dumps(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "bench-upstream",
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": "ok " * 16}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28},
-        },
-        separators=(",", ":"),
-    ).encode()
-    stream = b"".join(_chunk(i, " tok", "stop" if i == 7 else None) for i in range(8))
-    usage = (
-        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
-        b'"model":"bench-upstream","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":8,'
-        b'"total_tokens":20}}\n\n'
-    )
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        req = await request.json()
-        if not req.get("stream"):
-            return web.Response(body=body, content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(stream)
-        if (req.get("stream_options") or {}).get("include_usage"):
-            await resp.write(usage)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
 
 
 def _minimal(up: int, session: aiohttp.ClientSession) -> web.Application:
@@ -118,7 +78,7 @@ async def _serve(app: web.Application, **kw: Any) -> tuple[web.AppRunner, int]:
 async def run(args: argparse.Namespace) -> list[float]:
     loop = asyncio.get_running_loop()
     runners: list[web.AppRunner] = []
-    up_runner, up = await _serve(_upstream(), access_log=None)
+    up_runner, up = await _serve(upstream_app(8), access_log=None)
     runners.append(up_runner)
     session = aiohttp.ClientSession()
     if args.minimal:

@@ -263,24 +263,18 @@ class ProxyCall(StreamRelay):
     async def _relay_body(
         self, rt: EngineRuntime, resp: aiohttp.ClientResponse, deadline: float, result: ProxyResult
     ) -> None:
-        try:
+        with self._upstream_read(
+            rt,
+            result,
+            timeout_error="total_timeout",
+            timeout_message=f"engine {rt.name} did not finish in time",
+            what="response",
+        ):
             if resp.content.is_eof():  # the whole body came with the headers: no timer needed
                 data = await _read_body(resp.content)
             else:
                 async with asyncio.timeout_at(deadline):
                     data = await _read_body(resp.content)
-        except TimeoutError:
-            raise self._fail(
-                rt, "total_timeout", 504, f"engine {rt.name} did not finish in time", result.reason
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._fail(
-                rt,
-                "disconnected",
-                502,
-                f"engine {rt.name} dropped the response ({type(exc).__name__})",
-                result.reason,
-            ) from None
         if len(data) > MAX_UPSTREAM_BODY:
             raise self._fail(
                 rt, "too_large", 502, f"engine {rt.name} sent an oversized response", result.reason

@@ -9,9 +9,11 @@ client ends with ``data: {"error": ...}`` and ``data: [DONE]``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 
 import aiohttp
 from aiohttp import web
@@ -49,6 +51,25 @@ class StreamRelay:
     ) -> Retryable:
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def _upstream_read(
+        self, rt: EngineRuntime, result: ProxyResult, *, timeout_error: str, timeout_message: str, what: str
+    ) -> Iterator[None]:
+        """Map a failed read from the engine (before anything reached the client) to a
+        retryable 504 (``timeout_error``) or 502 (the engine dropped the ``what``)."""
+        try:
+            yield
+        except TimeoutError:
+            raise self._fail(rt, timeout_error, 504, timeout_message, result.reason) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                rt,
+                "disconnected",
+                502,
+                f"engine {rt.name} dropped the {what} ({type(exc).__name__})",
+                result.reason,
+            ) from None
+
     async def _relay_stream(
         self,
         rt: EngineRuntime,
@@ -60,23 +81,17 @@ class StreamRelay:
         content = resp.content
         # Wait for the first bytes before answering the client: until then a failure
         # can still move the request to the sibling engine.
-        try:
+        with self._upstream_read(
+            rt,
+            result,
+            timeout_error="first_byte_timeout",
+            timeout_message=f"engine {rt.name} sent no event in time",
+            what="stream",
+        ):
             chunk = content.read_nowait()  # events that came with the headers: no timer needed
             if not chunk and not content.at_eof():
                 async with asyncio.timeout_at(first_deadline):
                     chunk = await content.readany()
-        except TimeoutError:
-            raise self._fail(
-                rt, "first_byte_timeout", 504, f"engine {rt.name} sent no event in time", result.reason
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._fail(
-                rt,
-                "disconnected",
-                502,
-                f"engine {rt.name} dropped the stream ({type(exc).__name__})",
-                result.reason,
-            ) from None
         if not chunk:
             raise self._fail(rt, "disconnected", 502, f"engine {rt.name} closed the stream", result.reason)
 

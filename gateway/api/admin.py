@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
+from pydantic import SecretStr
 
 from gateway.api.auth import check_admin
 from gateway.api.errors import ApiError
@@ -31,14 +34,22 @@ async def state(request: web.Request) -> web.Response:
     return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
 
 
+ADMIN_BODY_MAX = 64 * 1024
+
+
+async def _admin_body(request: web.Request, admin_keys: Sequence[SecretStr]) -> dict[str, Any]:
+    """Authorise an admin POST, then read and parse its (small) JSON body."""
+    check_admin(request, admin_keys)
+    raw = await request.content.read(ADMIN_BODY_MAX + 1)
+    if len(raw) > ADMIN_BODY_MAX:
+        raise ApiError(413, "admin request body too large", code="request_too_large")
+    return parse_json(raw)
+
+
 async def set_route(request: web.Request) -> web.Response:
     """Pin a model to ``spec`` or ``base`` (hard rules still apply), or back to ``auto``."""
     st = request.app[STATE]
-    check_admin(request, st.config.server.admin_keys)
-    raw = await request.content.read(64 * 1024 + 1)
-    if len(raw) > 64 * 1024:
-        raise ApiError(413, "admin request body too large", code="request_too_large")
-    body = parse_json(raw)
+    body = await _admin_body(request, st.config.server.admin_keys)
     model, route = body.get("model"), body.get("route")
     if not isinstance(model, str) or model not in st.models:
         raise ApiError(404, f"unknown model {str(model)[:200]!r}", param="model", code="model_not_found")
@@ -60,11 +71,7 @@ async def drain(request: web.Request) -> web.Response:
     """``{"engine": "<name>", "draining": true|false}``: stop (or resume) sending new requests to
     an engine, e.g. before restarting it; requests already on it finish normally."""
     st = request.app[STATE]
-    check_admin(request, st.config.server.admin_keys)
-    raw = await request.content.read(64 * 1024 + 1)
-    if len(raw) > 64 * 1024:
-        raise ApiError(413, "admin request body too large", code="request_too_large")
-    body = parse_json(raw)
+    body = await _admin_body(request, st.config.server.admin_keys)
     name, flag = body.get("engine"), body.get("draining", True)
     engine = next((m.engines[name] for m in st.models.values() if name in m.engines), None)
     if not isinstance(name, str) or engine is None:

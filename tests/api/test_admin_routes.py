@@ -164,3 +164,13 @@ async def test_admin_drain_moves_traffic_off_an_engine_and_back() -> None:
         async with s.post(h.url("/admin/drain"), json={"engine": "spec0", "draining": "yes"}) as r:
             assert r.status == 400
     assert len(h.spec.requests) == 1
+
+
+@pytest.mark.parametrize("path", ["/admin/route", "/admin/drain"])
+async def test_admin_posts_reject_oversized_and_malformed_bodies(path: str) -> None:
+    async with harness() as h, aiohttp.ClientSession() as s:
+        async with s.post(h.url(path), data=b"{" + b" " * (64 * 1024 + 1) + b"}") as r:
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == "request_too_large"
+        async with s.post(h.url(path), data=b"{not json") as r:
+            assert r.status == 400

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field, replace
 
 from gateway.emulator.device import Device
@@ -15,7 +14,8 @@ from gateway.routing.factory import build_policy
 from gateway.routing.overlap import predict_overlap, realised_lookup_rates
 from gateway.routing.types import ModelView, Outcome, PairView, RequestFeatures, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
-from gateway.workload import WorkloadRequest, iter_requests
+from gateway.sim.scenarios import Phase, scenario_requests
+from gateway.workload import WorkloadRequest
 
 MODEL = "qwen3-8b"
 
@@ -41,8 +41,8 @@ class SimConfig:
     # Requests arriving before this are run but left out of the summary (the run starts
     # from idle engines; every policy is measured on the same later arrivals).
     warmup_s: float = 15.0
-    # Optional time-varying load: ((qps, seconds), ...) phases replacing qps/duration_s.
-    schedule: tuple[tuple[float, float], ...] = ()
+    # Optional time-varying traffic (load, mix, temperature) replacing qps/duration_s.
+    phases: tuple[Phase, ...] = ()
     routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
 
 
@@ -104,36 +104,36 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
+def run_phases(cfg: SimConfig) -> tuple[Phase, ...]:
+    return cfg.phases or (Phase(cfg.duration_s, cfg.qps, cfg.qps),)
+
+
 def arrivals(cfg: SimConfig) -> list[tuple[float, WorkloadRequest]]:
-    """Poisson arrivals (piecewise over ``schedule`` if given) with their requests.
+    """Poisson arrivals (time-varying over ``phases`` if given) with their requests.
 
     The same for every policy: runs are paired.
     """
-    phases = cfg.schedule or ((cfg.qps, cfg.duration_s),)
-    rng = random.Random(cfg.seed * 7919 + round(sum(q * 1000 for q, _ in phases)))
-    reqs = iter_requests(cfg.seed, None, cfg.mix, cfg.temperature, max_tokens_cap=cfg.max_tokens_cap)
-    out: list[tuple[float, WorkloadRequest]] = []
-    start = 0.0
-    for qps, length in phases:
-        t = start + rng.expovariate(qps)
-        while t < start + length:
-            out.append((t, next(reqs)))
-            t += rng.expovariate(qps)
-        start += length
-    return out
+    return scenario_requests(
+        run_phases(cfg),
+        seed=cfg.seed,
+        mix=cfg.mix,
+        temperature=cfg.temperature,
+        max_tokens_cap=cfg.max_tokens_cap,
+    )
 
 
 def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
-    """Per-phase summaries of a scheduled run (requests grouped by arrival phase)."""
+    """Per-phase summaries of a phased run (requests grouped by arrival phase)."""
     out = []
     start = 0.0
-    for qps, length in result.config.schedule:
-        recs = [r for r in result.records if start <= r.arrival < start + length]
-        sub = SimResult(replace(result.config, qps=qps), recs, {}, result.sim_end)
+    for ph in result.config.phases:
+        recs = [r for r in result.records if start <= r.arrival < start + ph.duration_s]
+        sub = SimResult(replace(result.config, qps=ph.start_qps), recs, {}, result.sim_end)
         row = sub.summary(warmup_s=0.0)
         row["phase_start_s"] = start
+        row["qps"] = ph.start_qps if ph.start_qps == ph.end_qps else f"{ph.start_qps:g}-{ph.end_qps:g}"
         out.append(row)
-        start += length
+        start += ph.duration_s
     return out
 
 

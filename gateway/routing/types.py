@@ -137,6 +137,8 @@ class Outcome:
     reported_acceptance_rate: float | None = None
     reported_mean_acceptance_length: float | None = None
     probe: bool = False
+    # Engine emissions (stream deltas) that carried tokens; None when unknown (e.g. non-stream).
+    steps: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 

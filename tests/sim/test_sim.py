@@ -78,3 +78,12 @@ def test_prompt_lookup_sizes_reach_the_spec_engine() -> None:
         return float(simulate(cfg).summary()["mean_tpot_ms"])
 
     assert tpot(2) < 0.95 * tpot(5)
+
+
+def test_steps_count_the_emissions_that_carried_tokens() -> None:
+    kw = {"qps": 1.0, "duration_s": 8.0, "warmup_s": 0.0, "mix": "edit=1", "temperature": "0"}
+    spec = simulate(SimConfig(policy="always-spec", **kw)).records  # type: ignore[arg-type]
+    base = simulate(SimConfig(policy="always-base", **kw)).records  # type: ignore[arg-type]
+    assert all(r.steps == r.output_tokens for r in base if r.finished_at is not None)
+    done = [r for r in spec if r.finished_at is not None]
+    assert done and sum(r.steps for r in done) < 0.8 * sum(r.output_tokens for r in done)

@@ -155,7 +155,7 @@ def _setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> L
 
 async def _flush_log_summaries(guard: LogGuard) -> None:
     while True:
-        await asyncio.sleep(guard.throttle.interval_s)
+        await asyncio.sleep(min(1.0, guard.throttle.interval_s))
         guard.flush()
 
 
@@ -218,7 +218,7 @@ async def serve(
         if flusher is not None:
             flusher.cancel()
         if log_guard is not None:
-            log_guard.flush()  # what was held back in the last interval
+            log_guard.flush(final=True)  # what was held back in the last interval
 
 
 def _masked(cfg: GatewayConfig) -> str:

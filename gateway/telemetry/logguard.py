@@ -12,11 +12,12 @@ records of every logger (``gateway``, ``specgate``, ``aiohttp.*``, ``asyncio``, 
   addresses, quoted literals (``'...'``, ``b"..."``: reprs of bytes and strings) removed.
   ``aiohttp.access`` lines (the raw request line, query string included) are dropped: the
   gateway writes its own access line (``specgate.access``, metadata only).
-- **Warnings and errors are rate-limited** per logger, level and template (the gateway's
-  own records also by their short scalar arguments, e.g. the engine name): at most one
-  line per key per ``interval_s``; the rest are counted and reported as ``N similar
-  messages suppressed`` by :meth:`LogGuard.flush`, which ``specgate serve`` calls
-  periodically. ``specgate.access`` lines are never rate-limited.
+- **Warnings and errors (and records naming a ``throttle_key``) are rate-limited** per
+  logger, level and template (the gateway's own records also by their short scalar
+  arguments, e.g. the engine name): at most one line per key per ``interval_s``; the
+  rest are counted and reported as ``N similar messages suppressed`` by
+  :meth:`LogGuard.flush`, which ``specgate serve`` calls every second and at exit.
+  ``specgate.access`` lines are never rate-limited.
 
 A record may carry ``extra={"throttle_key": "..."}`` to name its key explicitly.
 """
@@ -60,6 +61,12 @@ def _safe_arg(v: object) -> object:
         except ValueError:
             pass
     return f"<{type(v).__name__}>"
+
+
+def _template_line(msg: object) -> str:
+    """The first line of a record's template, quoted literals removed (no data)."""
+    text = msg if isinstance(msg, str) else f"<{type(msg).__name__}>"
+    return _QUOTED.sub("'…'", text.split("\n", 1)[0])[:MAX_FOREIGN_MSG]
 
 
 def _foreign_message(record: logging.LogRecord) -> str:
@@ -134,6 +141,12 @@ class LogGuard(logging.Filter):
         if getattr(record, "_specgate_guarded", False):  # a second handler: already done
             return True
         own = _own(record.name)
+        throttled = record.name not in _UNTHROTTLED and (
+            record.levelno >= logging.WARNING or hasattr(record, "throttle_key")
+        )
+        if throttled:  # keyed and labelled by the template, before it is reduced
+            key = _throttle_key(record, own)
+            label = f"{record.name}: {_template_line(record.msg)}"
         if not own:
             record.msg, record.args = _foreign_message(record), None
         if record.exc_info and record.exc_info[1] is not None:
@@ -141,9 +154,8 @@ class LogGuard(logging.Filter):
             record.exc_info = None
         elif record.exc_text and not own:
             record.exc_text = None
-        if record.levelno >= logging.WARNING and record.name not in _UNTHROTTLED:
-            label = f"{record.name}: {record.msg if isinstance(record.msg, str) else '?'}"[:MAX_FOREIGN_MSG]
-            ok, held, span = self.throttle.admit(_throttle_key(record, own), label)
+        if throttled:
+            ok, held, span = self.throttle.admit(key, label)
             if not ok:
                 return False
             if held:
@@ -152,9 +164,10 @@ class LogGuard(logging.Filter):
         record._specgate_guarded = True
         return True
 
-    def flush(self) -> int:
-        """Write one summary line per key whose suppressed lines were not reported yet."""
-        done = self.throttle.flush()
+    def flush(self, *, final: bool = False) -> int:
+        """Write one summary line per key whose interval is over (``final``: per key) with
+        suppressed lines not reported yet."""
+        done = self.throttle.flush(final=final)
         for s in done:
             self.summaries.warning("%s", s.message())
         return len(done)

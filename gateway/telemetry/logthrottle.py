@@ -74,13 +74,14 @@ class LogThrottle:
         slot.last, slot.held = now, 0
         return True, held, span
 
-    def flush(self) -> list[Summary]:
-        """Summaries of the keys whose interval is over with lines held back; each counts
-        as that key's line for the next interval."""
+    def flush(self, *, final: bool = False) -> list[Summary]:
+        """Summaries of the keys whose interval is over with lines held back (``final``:
+        of every key with lines held back); each counts as that key's line for the next
+        interval."""
         now = self._clock()
         out: list[Summary] = []
         for key, slot in self._slots.items():
-            if slot.held and now - slot.last >= self.interval_s:
+            if slot.held and (final or now - slot.last >= self.interval_s):
                 out.append(Summary(key, slot.label or key, slot.held, now - slot.last))
                 slot.last, slot.held = now, 0
         return out

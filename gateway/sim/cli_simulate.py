@@ -10,16 +10,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from gateway.bench.schedule import parse_schedule
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, schedule_markdown, timeline_plot, write_csv, write_json
 from gateway.sim.run import SimConfig, phase_summaries, simulate
 
 POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
+RAMP_STEP_S = 5.0  # a ramp is simulated as constant-rate steps of at most this length
+
+
+def sim_phases(spec: str) -> tuple[tuple[float, float], ...]:
+    """The shared schedule grammar (gateway/bench/schedule.py: constant stages, ramps,
+    geometric steps) as (QPS, seconds) phases; ramps become short constant steps."""
+    phases: list[tuple[float, float]] = []
+    for st in parse_schedule(spec).stages:
+        if not math.isfinite(st.duration_s):
+            raise ValueError("every stage needs a duration in a simulation (QPS:SECONDS)")
+        n = 1 if st.start_qps == st.end_qps else max(1, math.ceil(st.duration_s / RAMP_STEP_S))
+        d = st.duration_s / n
+        phases += [(round(st.qps_at((j + 0.5) * d), 4), d) for j in range(n)]
+    if any(q <= 0 for q, _ in phases):
+        raise ValueError("phases need QPS > 0")
+    return tuple(phases)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,8 +80,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule",
         default=None,
-        help="time-varying load instead of a sweep: 'QPS:SECONDS,...' phases, e.g. '4:60,48:60,4:60'; "
-        "each policy runs the whole schedule once (writes schedule.{csv,md,png})",
+        help="time-varying load instead of a sweep, in the bench/Locust schedule grammar: 'QPS:SECONDS' "
+        "stages, 'ramp:A-B:SECONDS' linear ramps (simulated as 5-s steps), 'steps:A-B:NxSECONDS'; e.g. "
+        "'ramp:0.5-32:300,32:60,ramp:32-0.5:300'; each policy runs the whole schedule once "
+        "(writes schedule.{csv,md,png})",
     )
     parser.add_argument("--jobs", type=int, default=1, help="points simulated in parallel (processes)")
     parser.add_argument("--out", type=Path, default=Path("results/sim"), help="output directory")
@@ -139,11 +159,7 @@ def main(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in str(args.policies).split(",") if p.strip()]
     if args.schedule:
         try:
-            phases = tuple(
-                (float(a), float(b)) for a, b in (x.split(":") for x in str(args.schedule).split(","))
-            )
-            if not phases or any(q <= 0 or d <= 0 for q, d in phases):
-                raise ValueError("phases need QPS > 0 and SECONDS > 0")
+            phases = sim_phases(str(args.schedule))
         except ValueError as exc:
             print(f"specgate simulate: bad --schedule: {exc}", file=sys.stderr)
             return 2

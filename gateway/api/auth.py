@@ -68,21 +68,37 @@ def check_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> None:
         )
 
 
-def check_model_access(
-    request: web.Request, server_keys: Sequence[SecretStr], model_keys: Sequence[SecretStr]
-) -> None:
-    """Server keys may use every model; a model's own keys only that model.
+def is_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> bool:
+    """What :func:`check_admin` lets through, as a test."""
+    return key_matches(bearer_token(request), admin_keys) if admin_keys else is_loopback(request)
 
-    A model without keys of its own is open when there are no server keys, and needs a
-    server key otherwise. Without server keys a missing/invalid key is a 401; a valid key
-    of another model gets the same 404 as an unknown model (names are not disclosed).
+
+def check_model_access(
+    request: web.Request,
+    name: str,
+    model_keys: Sequence[SecretStr] | None,
+    server_keys: Sequence[SecretStr],
+    client_keys: Sequence[SecretStr],
+) -> None:
+    """May this request use model ``name`` (``model_keys`` None: no such model)?
+
+    Server keys may use every model; a model's own keys only that model; a model without
+    keys of its own is open when there are no server keys. When any key is configured,
+    the answer never tells which models exist: a request without a valid key gets the
+    same 401 whatever the model, a valid key that may not use the model the same 404 as
+    an unknown model. Without any key configured every model is open (unknown ones are
+    the caller's 404).
     """
-    if not server_keys and not model_keys:
+    if not client_keys:
         return
     token = bearer_token(request)
-    if key_matches(token, server_keys) or key_matches(token, model_keys):
-        return
-    if not server_keys:
+    valid = key_matches(token, client_keys)
+    if model_keys is not None:
+        if not server_keys and not model_keys:
+            return
+        if key_matches(token, [*server_keys, *model_keys]):
+            return
+    if not valid:
         raise ApiError(
             401,
             "missing API key: send 'Authorization: Bearer <key>'" if token is None else "invalid API key",
@@ -91,7 +107,7 @@ def check_model_access(
         )
     raise ApiError(
         404,
-        "The model does not exist or you do not have access to it.",
+        f"The model '{name[:200]}' does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )

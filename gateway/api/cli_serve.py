@@ -11,9 +11,11 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.telemetry.logguard import LogGuard
+from gateway.telemetry.logguard import install as install_guard
 from gateway.telemetry.logs import ACCESS_FIELDS_ATTR
 
 DESCRIPTION = """\
@@ -125,13 +127,16 @@ class _JsonFormatter(_Formatter):
         rid = getattr(record, "request_id", None)
         if rid:
             out["request_id"] = rid
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
         return json.dumps(out)
 
 
-def _setup_logging(level: str, as_json: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def _setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> LogGuard:
+    """One handler on the root logger, guarded (see :mod:`gateway.telemetry.logguard`)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     if as_json:
         handler.setFormatter(_JsonFormatter())
     else:
@@ -145,13 +150,27 @@ def _setup_logging(level: str, as_json: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    return install_guard([handler])
 
 
-async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None, telemetry: Any = None) -> None:
+async def _flush_log_summaries(guard: LogGuard) -> None:
+    while True:
+        await asyncio.sleep(min(1.0, guard.throttle.interval_s))
+        guard.flush()
+
+
+async def serve(
+    cfg: GatewayConfig,
+    *,
+    ready: asyncio.Event | None = None,
+    telemetry: Any = None,
+    log_guard: LogGuard | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``."""
     from aiohttp import web
 
     from gateway.api.app import RUNNER_KWARGS, build_app
+    from gateway.api.server import GatewayRunner
     from gateway.api.state import STATE
     from gateway.telemetry import build_telemetry
 
@@ -159,12 +178,13 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None, telem
         telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
     app = build_app(cfg, telemetry=telemetry)
     # The grace period is spent in drain() below; cleanup then only closes what is left.
-    runner = web.AppRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
+    runner = GatewayRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
     await runner.setup()
     site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=4096, reuse_address=True)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    flusher = loop.create_task(_flush_log_summaries(log_guard)) if log_guard is not None else None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     addrs = runner.addresses
@@ -195,6 +215,10 @@ async def serve(cfg: GatewayConfig, *, ready: asyncio.Event | None = None, telem
             loop.remove_signal_handler(sig)
         await runner.cleanup()
         await telemetry.aclose()  # flush trace exporters
+        if flusher is not None:
+            flusher.cancel()
+        if log_guard is not None:
+            log_guard.flush(final=True)  # what was held back in the last interval
 
 
 def _masked(cfg: GatewayConfig) -> str:
@@ -213,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
     if args.check:
         print(_masked(cfg))
         return 0
-    _setup_logging(args.log_level, cfg.server.log_json)
+    guard = _setup_logging(args.log_level, cfg.server.log_json)
     from gateway.telemetry import build_telemetry
 
     try:  # the telemetry: section and the OTEL_* environment
@@ -229,7 +253,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.Runner()
     with runner:
         try:
-            runner.run(serve(cfg, telemetry=telemetry))
+            runner.run(serve(cfg, telemetry=telemetry, log_guard=guard))
         except OSError as exc:
             print(f"specgate: cannot listen on {cfg.server.host}:{cfg.server.port}: {exc}", file=sys.stderr)
             return 1

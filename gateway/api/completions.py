@@ -84,18 +84,23 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
     st.inflight += 1
     counted: ModelRuntime | None = None
     try:
-        if st.config.server.api_keys:
+        server_keys = st.config.server.api_keys
+        if st.client_keys and not st.open_models:
             check_client(request, st.client_keys)  # before reading the body
         raw = await _read_body(request, st.config.server.max_body_bytes)
         body = parse_json(raw)
         name = model_name(body)
         mrt = st.models.get(name)
-        if mrt is None:
-            known = "" if st.tenant_keys else f" Known models: {', '.join(st.models)}"
+        check_model_access(
+            request, name, None if mrt is None else mrt.config.api_keys, server_keys, st.client_keys
+        )
+        if mrt is None:  # no keys configured: nothing to hide
             raise ApiError(
-                404, f"The model '{name[:200]}' does not exist.{known}", param="model", code="model_not_found"
+                404,
+                f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
+                param="model",
+                code="model_not_found",
             )
-        check_model_access(request, st.config.server.api_keys, mrt.config.api_keys)
         limit = mrt.config.max_concurrency
         if limit is not None and mrt.inflight >= limit:
             raise ApiError(
@@ -143,6 +148,7 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
             started=started,
             collect_text=collect,
             raw=raw,
+            forward_headers=st.forward_headers,
         )
         result = await call.run()
         status = result.status

@@ -1,4 +1,4 @@
-"""Header hygiene: request ids and hop-by-hop headers."""
+"""Header hygiene: request ids, the allow-list of headers forwarded to engines, hop-by-hop headers."""
 
 from __future__ import annotations
 
@@ -86,13 +86,37 @@ def _filtered(
     return out
 
 
-_UP_DROP = HOP_BY_HOP | _NOT_UPSTREAM | {REQUEST_ID, "content-type"}
 _DOWN_DROP = HOP_BY_HOP | _NOT_DOWNSTREAM | {REQUEST_ID, "content-type"}
 
+# Client headers forwarded to an engine: only these (plus ``server.forward_headers``).
+# The gateway itself sets Content-Type, x-request-id, Authorization (the engine's key) and,
+# with tracing on, traceparent/tracestate.
+FORWARDED = frozenset({"accept", "user-agent", "traceparent", "tracestate", "baggage"})
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+_NEVER_FORWARDED = HOP_BY_HOP | _NOT_UPSTREAM | {REQUEST_ID, "content-type"}
 
-def upstream_headers(client: Mapping[str, str]) -> CIMultiDict[str]:
-    """End-to-end client headers to forward (no hop-by-hop, no credentials, no framing)."""
-    return _filtered(client.items(), _UP_DROP, _connection_tokens(client))
+
+def check_forwardable(name: str) -> str:
+    """``name`` lower-cased when a client may have it forwarded (``server.forward_headers``)."""
+    lk = name.strip().lower()
+    if not _TOKEN_RE.fullmatch(lk):
+        raise ValueError(f"not a header name: {name!r}")
+    if lk in _NEVER_FORWARDED or lk.startswith(("proxy-", "x-specgate-")):
+        raise ValueError(f"header {name!r} is never forwarded (credentials, framing or hop-by-hop)")
+    return lk
+
+
+def upstream_headers(client: Mapping[str, str], extra: Iterable[str] = ()) -> CIMultiDict[str]:
+    """The client headers forwarded to the engine: those named in :data:`FORWARDED` or
+    ``extra`` (lower-case names), unless the client lists them in ``Connection``."""
+    allow = FORWARDED.union(extra) if extra else FORWARDED
+    hop = _connection_tokens(client)
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in client.items():
+        lk = k.lower()
+        if lk in allow and lk not in hop:
+            out.add(k, v)
+    return out
 
 
 def downstream_headers(engine: Mapping[str, str]) -> CIMultiDict[str]:

@@ -9,7 +9,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from gateway.api.auth import bearer_token, check_client, key_matches, may_see_model
+from gateway.api.auth import bearer_token, check_client, is_admin, key_matches, may_see_model
 from gateway.api.errors import ApiError
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import EngineRuntime
@@ -51,8 +51,15 @@ async def _probe(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> bool:
         return False
 
 
+def _names_visible(request: web.Request, st: GatewayState) -> bool:
+    """Model and engine names are shown to admins, or to anyone when no key is configured
+    (``GET /v1/models`` lists them then anyway)."""
+    return not st.client_keys or is_admin(request, st.config.server.admin_keys)
+
+
 async def ready(request: web.Request) -> web.Response:
-    """200 when every model has at least one engine that answers ``GET /health``."""
+    """200 when every model has at least one engine that answers ``GET /health``; the
+    per-model detail only for :func:`_names_visible`."""
     st = request.app[STATE]
     if st.draining:
         return _json({"status": "draining", "models": {}}, 503)
@@ -71,16 +78,22 @@ async def ready(request: web.Request) -> web.Response:
             all_ok &= bool(reachable)
         cached = st.ready_cache = (now, all_ok, models)
     _, ok, detail = cached
-    return _json({"status": "ready" if ok else "not_ready", "models": detail}, 200 if ok else 503)
+    out: dict[str, object] = {"status": "ready" if ok else "not_ready"}
+    if _names_visible(request, st):
+        out["models"] = detail
+    return _json(out, 200 if ok else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
     st = request.app[STATE]
     server = st.config.server
-    if server.metrics_require_key:
+    require = server.metrics_require_key
+    if require is None:  # default: labels name models, so hide them when models have own keys
+        require = st.tenant_keys
+    if require:
         token = bearer_token(request)
         if not (key_matches(token, server.api_keys) or key_matches(token, server.admin_keys)):
-            raise ApiError(401, "GET /metrics needs an API key", code="invalid_api_key")
+            raise ApiError(401, "GET /metrics needs a server API key or an admin key", code="invalid_api_key")
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
     registry = getattr(st.telemetry, "registry", None) or REGISTRY

@@ -67,6 +67,16 @@ class GatewayState:
         return any(m.config.api_keys for m in self.models.values())
 
     @property
+    def open_models(self) -> bool:
+        """Some model may be used without a key (no server keys, no keys of its own)."""
+        return not self.config.server.api_keys and any(not m.config.api_keys for m in self.models.values())
+
+    @property
+    def forward_headers(self) -> frozenset[str]:
+        """Client headers forwarded to engines beyond the built-in allow-list."""
+        return frozenset(self.config.server.forward_headers)
+
+    @property
     def client_keys(self) -> list[SecretStr]:
         """Every client key: the server's (all models) and each model's own."""
         keys = list(self.config.server.api_keys)

@@ -74,7 +74,25 @@ class ServerConfig(_Strict):
         default_factory=list,
         description="keys for /admin/*; when empty, admin endpoints answer loopback clients only",
     )
-    metrics_require_key: bool = Field(False, description="require a client or admin key for GET /metrics")
+    metrics_require_key: bool | None = Field(
+        None,
+        description="require a server client key or an admin key for GET /metrics; "
+        "null (default): required when some model has api_keys of its own (metric labels name models)",
+    )
+    forward_headers: list[str] = Field(
+        default_factory=list,
+        description="client header names forwarded to engines besides the built-in allow-list "
+        "(accept, user-agent, traceparent, tracestate, baggage, x-request-id)",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0.0, le=600.0, description="a request's headers must arrive within this; else closed"
+    )
+    keepalive_timeout_s: float = Field(
+        75.0, gt=0.0, le=3600.0, description="idle keep-alive connections are closed after this"
+    )
+    max_connections: int = Field(
+        4096, ge=1, description="open client connections at once; beyond it a new one gets 503 and is closed"
+    )
     shutdown_grace_s: float = Field(
         10.0, ge=0.0, le=3600.0, description="on SIGTERM, time given to requests in flight"
     )
@@ -92,6 +110,13 @@ class ServerConfig(_Strict):
     @classmethod
     def _valid_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
         return _check_keys(v)
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _forward_headers(cls, v: list[str]) -> list[str]:
+        from gateway.api.headers import check_forwardable
+
+        return [check_forwardable(name) for name in v]
 
 
 class ScrapeConfig(_Strict):

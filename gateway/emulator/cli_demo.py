@@ -22,6 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.api.app import RUNNER_KWARGS, build_app
+from gateway.api.server import GatewayRunner
 from gateway.config import load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.physics import PROFILE_NAMES
@@ -152,7 +153,7 @@ async def start_gateway(
     if policy:
         overrides["models.0.routing.policy"] = policy
     cfg = load_config(None, env={}, overrides=overrides)
-    runner = web.AppRunner(build_app(cfg), **RUNNER_KWARGS)
+    runner = GatewayRunner(build_app(cfg), **RUNNER_KWARGS)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

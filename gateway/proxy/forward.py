@@ -33,13 +33,13 @@ from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_he
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
-from gateway.proxy.logthrottle import LogThrottle
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Harvest, Patterns, model_patterns, rewrite_model
 from gateway.proxy.stream import StreamRelay
 from gateway.routing.types import Decision
 from gateway.telemetry.hooks import RequestTelemetry
+from gateway.telemetry.logthrottle import LogThrottle
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class ProxyCall(StreamRelay):
     started: float = field(default_factory=time.monotonic)
     collect_text: bool = True  # keep the completion text for learning (costs a JSON parse per event)
     raw: bytes = b""  # the client's body as received (spliced, not re-serialised, when exact)
+    forward_headers: frozenset[str] = frozenset()  # server.forward_headers (beyond the allow-list)
 
     async def run(self) -> ProxyResult:
         d = self.decision
@@ -173,7 +174,7 @@ class ProxyCall(StreamRelay):
     async def _attempt(self, rt: EngineRuntime, attempt: int, deadline: float, result: ProxyResult) -> None:
         loop = asyncio.get_running_loop()
         t = self.model.timeouts
-        headers = upstream_headers(self.request.headers)
+        headers = upstream_headers(self.request.headers, self.forward_headers)
         headers[REQUEST_ID] = self.request_id
         headers["Content-Type"] = "application/json"
         if rt.config.api_key is not None:

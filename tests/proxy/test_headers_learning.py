@@ -21,7 +21,9 @@ REQ = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "temperat
 
 
 async def test_hop_by_hop_and_credentials_are_not_forwarded() -> None:
-    async with harness() as h, aiohttp.ClientSession() as s:
+    # x-custom and x-hop are allowed by server.forward_headers; x-hop is still dropped
+    # because the client's Connection header lists it.
+    async with harness(server={"forward_headers": ["x-custom", "x-hop"]}) as h, aiohttp.ClientSession() as s:
         headers = {
             "Authorization": "Bearer client-secret",
             "Connection": "keep-alive, X-Hop",

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from gateway.proxy import forward
-from gateway.proxy.logthrottle import LogThrottle
+from gateway.telemetry.logthrottle import LogThrottle
 from tests.reliability.rig import COPY_PROMPT, SPEC, chat, post, rig
 
 
@@ -39,11 +39,15 @@ def test_throttle_logs_first_then_counts_then_reports_suppressed(caplog: pytest.
     ]
 
 
-def test_throttle_memory_is_bounded() -> None:
-    th = LogThrottle(5.0, clock=Clock(), max_keys=8)
+def test_throttle_memory_and_lines_are_bounded() -> None:
+    clock = Clock()
+    th = LogThrottle(5.0, clock=clock, max_keys=8)
     log = logging.getLogger("test.throttle.bounded")
-    for i in range(1000):
-        th.log(log, logging.WARNING, f"k{i}", "x")
+    written = sum(th.log(log, logging.WARNING, f"k{i}", "x") for i in range(1000))
+    assert len(th._last) <= 8
+    assert written == 8  # 7 keys of their own, then one shared overflow key
+    clock.t = 5.0  # once their interval is over, quiet keys make room again
+    assert th.log(log, logging.WARNING, "new", "x")
     assert len(th._last) <= 8
 
 

@@ -215,7 +215,10 @@ SPOOFABLE = {
 
 
 async def test_hop_by_hop_spoofable_and_credential_headers_are_not_forwarded() -> None:
-    async with _recorded(**KEYS) as (rec, gw), aiohttp.ClientSession() as s:
+    # Only allow-listed headers go upstream; x-custom-trace and x-drop-me are named in
+    # server.forward_headers, and x-drop-me is still dropped because Connection lists it.
+    server = {**KEYS["server"], "forward_headers": ["X-Custom-Trace", "x-drop-me"]}
+    async with _recorded(server=server) as (rec, gw), aiohttp.ClientSession() as s:
         headers = {**SPOOFABLE, **_bearer(CLIENT_KEY), "X-Custom-Trace": "keep", "Host": "client.example"}
         headers.pop("Expect")
         async with s.post(gw.make_url("/v1/chat/completions"), json=chat(), headers=headers) as r:
@@ -226,7 +229,7 @@ async def test_hop_by_hop_spoofable_and_credential_headers_are_not_forwarded() -
         if name.lower() not in ("connection", "keep-alive"):
             assert name.lower() not in seen, f"{name} forwarded to the engine"
     assert "authorization" not in seen  # the client's key never reaches the engine
-    assert seen.get("x-custom-trace") == "keep"  # end-to-end headers pass
+    assert seen.get("x-custom-trace") == "keep"  # a configured end-to-end header passes
     assert seen["host"] != "client.example"
     # From the engine to the client: no cookies, no hop-by-hop, no spoofed routing headers.
     assert "set-cookie" not in got and "x-engine-hop" not in got

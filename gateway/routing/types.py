@@ -19,6 +19,10 @@ class Route(StrEnum):
     SPEC = "spec"
     BASE = "base"
 
+    @property
+    def other(self) -> Route:
+        return Route.BASE if self is Route.SPEC else Route.SPEC
+
 
 class RouteOverride(StrEnum):
     """Values accepted in the ``x-specgate-route`` header and by ``POST /admin/route``."""

@@ -156,20 +156,7 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         prompt_tokens = result.harvest.prompt_tokens
         completion_tokens = result.harvest.completion_tokens
         if collect and wants_lookup(result):
-            spec_cfg = mrt.pairs[0].spec.config
-            st.spawn(
-                learn_with_lookup(
-                    mrt,
-                    features,
-                    decision,
-                    result,
-                    parsed.prompt_text,
-                    started=started,
-                    k=max(1, spec_cfg.k),
-                    n_min=spec_cfg.prompt_lookup_min or 5,
-                    n_max=spec_cfg.prompt_lookup_max or 5,
-                )
-            )
+            st.spawn(learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=started))
         else:
             observe(mrt, features, decision, result, started=started)
         return result.response

@@ -1,4 +1,5 @@
-"""After a response: build the :class:`Outcome` and feed it to the policy. Never fails a request."""
+"""After a response: build the :class:`Outcome` (the shared pipeline's
+:func:`~gateway.pipeline.outcome.build_outcome`) and feed it to the policy. Never fails a request."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import logging
 import time
 
 from gateway.engines.runtime import ModelRuntime
+from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
 from gateway.proxy.result import ProxyResult
-from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
-from gateway.routing.overlap import realised_lookup_rates
-from gateway.routing.types import Decision, Outcome, RequestFeatures
+from gateway.routing.types import Decision, RequestFeatures
 
 log = logging.getLogger(__name__)
 
@@ -41,49 +41,32 @@ class SampleBudget:
         return False
 
 
-def build_outcome(
-    features: RequestFeatures,
-    decision: Decision,
-    result: ProxyResult,
-    *,
-    started: float,
-    lookup_acceptance: float | None,
-    lookup_drafts_per_step: float | None = None,
-) -> Outcome | None:
+def answer_of(result: ProxyResult, started: float) -> Answer | None:
+    """What the relay saw of the answer (None when no engine was reached)."""
     if result.engine is None or result.route is None:
         return None
     h = result.harvest
-    completion = h.completion_tokens if h.completion_tokens is not None else h.content_events
-    ttft = result.first_token_at - started if result.first_token_at is not None else None
-    tpot = None
-    if result.first_token_at is not None and result.last_token_at is not None and completion > 1:
-        tpot = (result.last_token_at - result.first_token_at) / (completion - 1)
-    return Outcome(
-        model=features.model,
+    return Answer(
         route=result.route,
         engine=result.engine,
-        kind=features.kind,
-        temperature=features.temperature,
         ok=result.ok,
-        prompt_tokens=h.prompt_tokens if h.prompt_tokens is not None else features.prompt_tokens,
-        completion_tokens=completion,
-        ttft_s=ttft,
-        tpot_s=tpot,
-        lookup_acceptance=lookup_acceptance,
+        started=started,
+        first_token_at=result.first_token_at,
+        last_token_at=result.last_token_at,
+        completion_tokens=h.completion_tokens if h.completion_tokens is not None else h.content_events,
+        prompt_tokens=h.prompt_tokens,
         reported_acceptance_rate=h.reported_acceptance_rate,
         reported_mean_acceptance_length=h.reported_mean_acceptance_length,
-        probe=decision.probe,
-        extra=_extra(result.retried, lookup_drafts_per_step),
+        retried=result.retried,
     )
 
 
-def _extra(retried: bool, lookup_drafts_per_step: float | None) -> dict[str, float]:
-    extra: dict[str, float] = {}
-    if retried:
-        extra["retried"] = 1.0
-    if lookup_drafts_per_step is not None:
-        extra[LOOKUP_DRAFTS_KEY] = lookup_drafts_per_step
-    return extra
+def lookup_settings(model: ModelRuntime, engine: str | None) -> LookupSettings:
+    """The lookup settings of the pair whose engine served the answer (the first pair's when
+    the engine is unknown)."""
+    pair = next((p for p in model.pairs if engine in (p.spec.name, p.base.name)), model.pairs[0])
+    cfg = pair.spec.config
+    return LookupSettings.of(cfg.k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
 
 
 def wants_lookup(result: ProxyResult) -> bool:
@@ -105,15 +88,9 @@ def observe(
     ``lookup`` is :func:`realised_lookup_rates`' (acceptance per step ÷ k, draft tokens per step).
     """
     try:
-        outcome = build_outcome(
-            features,
-            decision,
-            result,
-            started=started,
-            lookup_acceptance=None if lookup is None else lookup[0],
-            lookup_drafts_per_step=None if lookup is None else lookup[1],
-        )
-        if outcome is not None:
+        answer = answer_of(result, started)
+        if answer is not None:
+            outcome = build_outcome(features, answer, probe=decision.probe, lookup=lookup)
             model.policy.observe(outcome, time.monotonic())
     except Exception:
         log.exception("learning from a response failed (request unaffected)")
@@ -127,20 +104,17 @@ async def learn_with_lookup(
     prompt_text: str,
     *,
     started: float,
-    k: int,
-    n_min: int = 5,
-    n_max: int = 5,
 ) -> None:
-    """Replay the answer against the prompt as the engine's n-gram proposer would (in a
-    thread when large), then observe."""
+    """Replay the answer against the prompt as the serving pair's n-gram proposer would (in
+    a thread when large), then observe."""
     lookup: tuple[float, float] | None = None
     try:
         completion = result.harvest.completion_text
-        kw = {"k": k, "n_min": n_min, "n_max": n_max}
+        settings = lookup_settings(model, result.engine)
         if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
-            lookup = realised_lookup_rates(prompt_text, completion, **kw)
+            lookup = replay_lookup(prompt_text, completion, settings)
         else:
-            lookup = await asyncio.to_thread(realised_lookup_rates, prompt_text, completion, **kw)
+            lookup = await asyncio.to_thread(replay_lookup, prompt_text, completion, settings)
     except Exception:
         log.exception("realised lookup failed (request unaffected)")
     observe(model, features, decision, result, started=started, lookup=lookup)

@@ -52,6 +52,7 @@ REASONS: tuple[str, ...] = (
     "hysteresis",
     "below_break_even",
     "probe",
+    "handover",
     "high_load",
     "low_acceptance",
 )
@@ -113,6 +114,8 @@ class AdaptivePolicy:
         self._last_costs: RegimeCosts | None = None
         self._last_view_key: tuple[object, ...] | None = None
         # (time, spec load, base load, predicted spec step, predicted base step), last window.
+        self._routing: Route | None = None  # where the mode's traffic goes (lags a flip: _handover)
+        self._duration_s = 2.0  # mean request duration (how long a handover may wait)
         self._pred_hist: deque[tuple[float, float, float, float, float]] = deque(maxlen=4096)
 
     # -- the decision ---------------------------------------------------------------
@@ -146,7 +149,10 @@ class AdaptivePolicy:
         threshold = 1.0 + self.cfg.margin
 
         probe = False
-        if speculating:
+        target = Route.SPEC if speculating else Route.BASE
+        if self._handover(target, pair, now):
+            route, reason = target.other, "handover"
+        elif speculating:
             route = Route.SPEC
             reason = "prior" if no_data else ("predicted_faster" if speedup > threshold else "hysteresis")
         elif (
@@ -175,6 +181,23 @@ class AdaptivePolicy:
             probe=probe,
         )
         return self._record(features, d, now, e)
+
+    def _handover(self, target: Route, pair: PairView, now: float) -> bool:
+        """Whether the request still goes to the old mode's engine after a flip.
+
+        A flip costs its drain: while the old engine still runs requests, every new one on
+        the other engine waits for both engines' steps. On a quiet pair the old engine is
+        often idle a moment later, and the flip is then free: new requests keep going to
+        it until it is idle, for at most one mean request duration (a busy pair's never is).
+        """
+        if self._routing is None or self._routing is target:
+            self._routing = target
+            return False
+        old = pair.spec if self._routing is Route.SPEC else pair.base
+        if old.inflight == 0 or now - self.mode.last_flip >= self._duration_s or not old.usable:
+            self._routing = target
+            return False
+        return True
 
     def _probe_candidate(self, f: RequestFeatures, blended: float) -> bool:
         """Probes wake the spec engine, which slows every request on the device while they
@@ -347,6 +370,9 @@ class AdaptivePolicy:
     def observe(self, outcome: Outcome, now: float) -> None:
         if not outcome.ok:
             return
+        if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
+            dur = outcome.ttft_s + outcome.tpot_s * max(0, outcome.completion_tokens - 1)
+            self._duration_s += 0.05 * (dur - self._duration_s)
         kind = outcome.kind if outcome.kind in KINDS else "chat"
         if self.method in NGRAM_METHODS:
             if outcome.lookup_acceptance is not None:

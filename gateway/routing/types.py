@@ -19,6 +19,10 @@ class Route(StrEnum):
     SPEC = "spec"
     BASE = "base"
 
+    @property
+    def other(self) -> Route:
+        return Route.BASE if self is Route.SPEC else Route.SPEC
+
 
 class RouteOverride(StrEnum):
     """Values accepted in the ``x-specgate-route`` header and by ``POST /admin/route``."""
@@ -137,6 +141,8 @@ class Outcome:
     reported_acceptance_rate: float | None = None
     reported_mean_acceptance_length: float | None = None
     probe: bool = False
+    # Engine emissions (stream deltas) that carried tokens; None when unknown (e.g. non-stream).
+    steps: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 

@@ -10,34 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from gateway.bench.schedule import parse_schedule
+from gateway.sim.cli_scenario import run_scenario
 from gateway.sim.report import markdown as md_table
-from gateway.sim.report import plot, schedule_markdown, timeline_plot, write_csv, write_json
-from gateway.sim.run import SimConfig, phase_summaries, simulate
+from gateway.sim.report import plot, seed_ratios, write_csv, write_json
+from gateway.sim.run import SimConfig, simulate
+from gateway.sim.scenarios import Phase, describe_all, from_schedule, get_scenario
 
 POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
-RAMP_STEP_S = 5.0  # a ramp is simulated as constant-rate steps of at most this length
-
-
-def sim_phases(spec: str) -> tuple[tuple[float, float], ...]:
-    """The shared schedule grammar (gateway/bench/schedule.py: constant stages, ramps,
-    geometric steps) as (QPS, seconds) phases; ramps become short constant steps."""
-    phases: list[tuple[float, float]] = []
-    for st in parse_schedule(spec).stages:
-        if not math.isfinite(st.duration_s):
-            raise ValueError("every stage needs a duration in a simulation (QPS:SECONDS)")
-        n = 1 if st.start_qps == st.end_qps else max(1, math.ceil(st.duration_s / RAMP_STEP_S))
-        d = st.duration_s / n
-        phases += [(round(st.qps_at((j + 0.5) * d), 4), d) for j in range(n)]
-    if any(q <= 0 for q, _ in phases):
-        raise ValueError("phases need QPS > 0")
-    return tuple(phases)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -80,17 +64,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule",
         default=None,
-        help="time-varying load instead of a sweep, in the bench/Locust schedule grammar: 'QPS:SECONDS' "
-        "stages, 'ramp:A-B:SECONDS' linear ramps (simulated as 5-s steps), 'steps:A-B:NxSECONDS'; e.g. "
-        "'ramp:0.5-32:300,32:60,ramp:32-0.5:300'; each policy runs the whole schedule once "
-        "(writes schedule.{csv,md,png})",
+        help="time-varying load instead of a sweep, in the shared schedule grammar: 'QPS:SECONDS' steps, "
+        "'ramp:A-B:SECONDS' ramps, 'steps:A-B:NxSECONDS', e.g. 'ramp:0.5-32:300,32:60,ramp:32-0.5:300'; "
+        "each policy runs it once (a scenario report, as --scenario)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="points simulated in parallel (processes)")
-    parser.add_argument("--out", type=Path, default=Path("results/sim"), help="output directory")
+    parser.add_argument(
+        "--scenario",
+        default=None,
+        help="a named scenario (load, mix and temperature over time); 'list' prints them",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="scenario/schedule phases last this many times as long (e.g. 0.05 for a quick check)",
+    )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds for the sweep (overrides --seed): per-seed ratios",
+    )
+    parser.add_argument("--slo-tpot-ms", type=float, default=20.0, help="goodput: TPOT SLO (ms)")
+    parser.add_argument("--slo-ttft-ms", type=float, default=1000.0, help="goodput: TTFT SLO (ms)")
+    parser.add_argument(
+        "--switch-margin",
+        type=float,
+        default=0.02,
+        help="time to switch: a minute's better static counts when it is better by at least this fraction",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel (processes)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default results/sim, or results/sim/scenarios/NAME for a scenario)",
+    )
 
 
 def _point(cfg: SimConfig) -> dict[str, float | int | str]:
-    return simulate(cfg).summary()
+    row = simulate(cfg).summary()
+    row["seed"] = cfg.seed
+    return row
 
 
 def _sim_config(
@@ -99,14 +113,15 @@ def _sim_config(
     policy: str,
     duration_s: float,
     routing: dict[str, object],
-    schedule: tuple[tuple[float, float], ...] = (),
+    phases: tuple[Phase, ...] = (),
+    seed: int | None = None,
 ) -> SimConfig:
     """One run's config from the command line (``routing`` only for the adaptive policy)."""
     return SimConfig(
         qps=qps,
         policy=policy,
         duration_s=duration_s,
-        seed=args.seed,
+        seed=args.seed if seed is None else seed,
         mix=args.mix,
         temperature=args.temperature,
         profile=args.profile,
@@ -115,36 +130,9 @@ def _sim_config(
         prompt_lookup_min=args.prompt_lookup_min,
         prompt_lookup_max=args.prompt_lookup_max,
         routing=routing if policy == "adaptive" else {},
-        schedule=schedule,
+        phases=phases,
         warmup_s=args.warmup,
     )
-
-
-def run_schedule(
-    args: argparse.Namespace,
-    policies: list[str],
-    phases: tuple[tuple[float, float], ...],
-    routing: dict[str, object],
-) -> int:
-    rows: list[dict[str, float | int | str]] = []
-    results = []
-    for p in policies:
-        cfg = _sim_config(args, phases[0][0], p, sum(d for _, d in phases), routing, schedule=phases)
-        res = simulate(cfg)
-        results.append(res)
-        total = res.summary()
-        total["qps"] = "all"
-        total["phase_start_s"] = "all"
-        rows.extend([*phase_summaries(res), total])
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "schedule.csv", extra=("phase_start_s",))
-    table = schedule_markdown(rows)
-    (out / "schedule.md").write_text(table)
-    timeline_plot(results, out / "schedule.png", f"specgate simulate — schedule {args.schedule}")
-    print(table)
-    print(f"wrote {out}/schedule.{{csv,md,png}}")
-    return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -157,18 +145,38 @@ def main(args: argparse.Namespace) -> int:
         print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2
     policies = [p.strip() for p in str(args.policies).split(",") if p.strip()]
-    if args.schedule:
-        try:
-            phases = sim_phases(str(args.schedule))
-        except ValueError as exc:
-            print(f"specgate simulate: bad --schedule: {exc}", file=sys.stderr)
-            return 2
-        return run_schedule(args, policies, phases, routing)
+    if args.scenario == "list":
+        print(describe_all())
+        return 0
     bad = [p for p in policies if p not in POLICIES]
+    if args.scenario or args.schedule:
+        try:
+            if args.scenario and args.schedule:
+                raise ValueError("give --scenario or --schedule, not both")
+            sc = get_scenario(args.scenario) if args.scenario else from_schedule(str(args.schedule))
+            sc = sc.scaled(args.time_scale)
+            if bad or not policies:
+                raise ValueError(f"bad --policies {bad}")
+        except ValueError as exc:
+            print(f"specgate simulate: {exc}", file=sys.stderr)
+            return 2
+        dur = sc.duration_s
+        cfgs = [_sim_config(args, sc.phases[0].start_qps, p, dur, routing, sc.phases) for p in policies]
+        return run_scenario(args, sc, cfgs)
+    try:
+        seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()] if args.seeds else [args.seed]
+    except ValueError:
+        print(f"specgate simulate: bad --seeds {args.seeds!r}", file=sys.stderr)
+        return 2
     if bad or not qps or any(q <= 0 for q in qps) or args.duration <= 0:
         print(f"specgate simulate: bad --policies {bad} or --qps/--duration", file=sys.stderr)
         return 2
-    cfgs = [_sim_config(args, q, p, args.duration, routing) for q in qps for p in policies]
+    cfgs = [
+        _sim_config(args, q, p, args.duration, routing, seed=sd)
+        for sd in seeds
+        for q in qps
+        for p in policies
+    ]
     t0 = time.monotonic()
 
     def progress(r: dict[str, float | int | str]) -> None:
@@ -184,17 +192,17 @@ def main(args: argparse.Namespace) -> int:
             for fut in as_completed([pool.submit(_point, c) for c in cfgs]):
                 rows.append(fut.result())
                 progress(rows[-1])
-        rows.sort(key=lambda r: (float(r["qps"]), str(r["policy"])))
+        rows.sort(key=lambda r: (int(r["seed"]), float(r["qps"]), str(r["policy"])))
     else:
         for c in cfgs:
             rows.append(_point(c))
             progress(rows[-1])
-    out: Path = args.out
+    out: Path = args.out or Path("results/sim")
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": "specgate simulate " + " ".join(sys.argv[2:]),
         "duration_s": args.duration,
-        "seed": args.seed,
+        "seeds": seeds,
         "mix": args.mix or "corpus default",
         "temperature": args.temperature,
         "profile": args.profile,
@@ -204,11 +212,17 @@ def main(args: argparse.Namespace) -> int:
         "warmup_s": args.warmup,
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    write_csv(rows, out / "results.csv")
+    write_csv(rows, out / "results.csv", extra=("seed",))
     write_json(rows, meta, out / "results.json")
-    table = md_table(rows)
+    table = md_table([r for r in rows if r["seed"] == seeds[0]])
+    if len(seeds) > 1:
+        table += "\n" + seed_ratios(rows)
     (out / "results.md").write_text(table)
-    plot(rows, out / "results.png", f"specgate simulate — {args.profile}, {args.method} k={args.k}")
+    plot(
+        [r for r in rows if r["seed"] == seeds[0]],
+        out / "results.png",
+        f"specgate simulate — {args.profile}, {args.method} k={args.k}",
+    )
     print(table)
     print(f"wrote {out}/results.{{csv,json,md,png}} in {meta['wall_s']} s")
     return 0

@@ -109,60 +109,33 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def schedule_markdown(rows: Sequence[Row]) -> str:
-    head = [
-        "policy",
-        "phase start (s)",
-        "QPS",
-        "TPOT mean (ms)",
-        "TPOT p99 (ms)",
-        "TTFT mean (ms)",
-        "spec share",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def seed_ratios(rows: Sequence[Row]) -> str:
+    """Adaptive's mean TPOT ÷ the better static's, per QPS point and seed, and the max."""
+    by: dict[tuple[float, int], dict[str, float]] = {}
     for r in rows:
-        cells = [
-            str(r["policy"]),
-            _f(r.get("phase_start_s", ""), 0),
-            _f(r["qps"], 1),
-            _f(r["mean_tpot_ms"]),
-            _f(r["p99_tpot_ms"]),
-            _f(r["mean_ttft_ms"], 1),
-            _f(r["spec_share"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        by.setdefault((float(r["qps"]), int(r["seed"])), {})[str(r["policy"])] = float(r["mean_tpot_ms"])
+    seeds = sorted({s for _, s in by})
+    head = ["QPS", *(f"seed {s}" for s in seeds), "max"]
+    lines = [
+        "adaptive ÷ better static (mean TPOT), per seed",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    overall: list[float] = []
+    for qps in sorted({q for q, _ in by}):
+        ratios = []
+        for s in seeds:
+            pt = by.get((qps, s), {})
+            statics = [v for p, v in pt.items() if p in ("always-spec", "always-base")]
+            ratios.append(pt["adaptive"] / min(statics) if "adaptive" in pt and statics else math.nan)
+        ok = [x for x in ratios if not math.isnan(x)]
+        overall += ok
+        lines.append(
+            "| "
+            + " | ".join([_f(qps, 1), *(_f(x, 3) for x in ratios), _f(max(ok) if ok else math.nan, 3)])
+            + " |"
+        )
+    lines.append("")
+    lines.append(f"max over all points and seeds: {_f(max(overall) if overall else math.nan, 3)}")
     return "\n".join(lines) + "\n"
-
-
-def timeline_plot(results: Sequence[object], path: Path, title: str, bin_s: float = 10.0) -> None:
-    """Mean TPOT of requests by arrival time (bins), one line per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for res in results:
-        recs = res.records  # type: ignore[attr-defined]
-        name = res.config.policy  # type: ignore[attr-defined]
-        bins: dict[int, list[float]] = {}
-        spec: dict[int, list[float]] = {}
-        for r in recs:
-            b = int(r.arrival // bin_s)
-            spec.setdefault(b, []).append(1.0 if r.route == "spec" else 0.0)
-            if r.tpot_s is not None:
-                bins.setdefault(b, []).append(r.tpot_s * 1e3)
-        xs = sorted(bins)
-        ax.plot([x * bin_s for x in xs], [sum(bins[x]) / len(bins[x]) for x in xs], marker=".", label=name)
-        xs2 = sorted(spec)
-        ax2.plot([x * bin_s for x in xs2], [sum(spec[x]) / len(spec[x]) for x in xs2], label=name)
-    ax.set_ylabel(f"mean TPOT (ms), {bin_s:g} s bins")
-    ax2.set_ylabel("share routed to spec")
-    ax2.set_xlabel("arrival time (s)")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-    ax2.grid(True, alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field, replace
 
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
 from gateway.emulator.spec import parse_spec_config
-from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
+from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
+from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import build_policy
-from gateway.routing.overlap import predict_overlap, realised_lookup_rates
-from gateway.routing.types import ModelView, Outcome, PairView, RequestFeatures, Route
+from gateway.routing.types import ModelView, PairView, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
-from gateway.workload import WorkloadRequest, iter_requests
+from gateway.sim.scenarios import Phase, scenario_requests
+from gateway.workload import WorkloadRequest, to_openai_body
 
 MODEL = "qwen3-8b"
 
@@ -41,8 +41,8 @@ class SimConfig:
     # Requests arriving before this are run but left out of the summary (the run starts
     # from idle engines; every policy is measured on the same later arrivals).
     warmup_s: float = 15.0
-    # Optional time-varying load: ((qps, seconds), ...) phases replacing qps/duration_s.
-    schedule: tuple[tuple[float, float], ...] = ()
+    # Optional time-varying traffic (load, mix, temperature) replacing qps/duration_s.
+    phases: tuple[Phase, ...] = ()
     routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
 
 
@@ -60,6 +60,7 @@ class RequestRecord:
     ttft_s: float | None = None
     tpot_s: float | None = None
     finished_at: float | None = None
+    steps: int = 0  # engine emissions that carried tokens
 
 
 @dataclass
@@ -104,37 +105,42 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
+def run_phases(cfg: SimConfig) -> tuple[Phase, ...]:
+    return cfg.phases or (Phase(cfg.duration_s, cfg.qps, cfg.qps),)
+
+
 def arrivals(cfg: SimConfig) -> list[tuple[float, WorkloadRequest]]:
-    """Poisson arrivals (piecewise over ``schedule`` if given) with their requests.
+    """Poisson arrivals (time-varying over ``phases`` if given) with their requests.
 
     The same for every policy: runs are paired.
     """
-    phases = cfg.schedule or ((cfg.qps, cfg.duration_s),)
-    rng = random.Random(cfg.seed * 7919 + round(sum(q * 1000 for q, _ in phases)))
-    reqs = iter_requests(cfg.seed, None, cfg.mix, cfg.temperature, max_tokens_cap=cfg.max_tokens_cap)
-    out: list[tuple[float, WorkloadRequest]] = []
-    start = 0.0
-    for qps, length in phases:
-        t = start + rng.expovariate(qps)
-        while t < start + length:
-            out.append((t, next(reqs)))
-            t += rng.expovariate(qps)
-        start += length
-    return out
+    return scenario_requests(
+        run_phases(cfg),
+        seed=cfg.seed,
+        mix=cfg.mix,
+        temperature=cfg.temperature,
+        max_tokens_cap=cfg.max_tokens_cap,
+    )
 
 
 def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
-    """Per-phase summaries of a scheduled run (requests grouped by arrival phase)."""
+    """Per-phase summaries of a phased run (requests grouped by arrival phase)."""
     out = []
     start = 0.0
-    for qps, length in result.config.schedule:
-        recs = [r for r in result.records if start <= r.arrival < start + length]
-        sub = SimResult(replace(result.config, qps=qps), recs, {}, result.sim_end)
+    for ph in result.config.phases:
+        recs = [r for r in result.records if start <= r.arrival < start + ph.duration_s]
+        sub = SimResult(replace(result.config, qps=ph.start_qps), recs, {}, result.sim_end)
         row = sub.summary(warmup_s=0.0)
         row["phase_start_s"] = start
+        row["qps"] = ph.start_qps if ph.start_qps == ph.end_qps else f"{ph.start_qps:g}-{ph.end_qps:g}"
         out.append(row)
-        start += length
+        start += ph.duration_s
     return out
+
+
+def parse_workload(wr: WorkloadRequest) -> ParsedRequest:
+    """A workload request as the gateway would see it: its chat body through the shared pipeline."""
+    return parse_request(to_openai_body(wr, MODEL), CHAT, None, allow_override=False)
 
 
 def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
@@ -159,8 +165,10 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
         Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),
     }
-    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, WorkloadRequest]] = {}
+    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, ParsedRequest]] = {}
     records: list[RequestRecord] = []
+
+    lookup_settings = LookupSettings.of(spec_cfg.k, lk_min, lk_max)
 
     def on_events(events: list[TokenEvent]) -> None:
         for ev in events:
@@ -168,13 +176,17 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             entry = by_req.get(id(req))
             if entry is None:
                 continue
-            rec, _, route, wr = entry
+            rec = entry[0]
+            if ev.tokens:
+                rec.steps += 1
             if req.finish_reason is None:
                 continue
             del by_req[id(req)]
-            finish(rec, req, route, wr, ev.time)
+            finish(*entry, ev.time)
 
-    def finish(rec: RequestRecord, req: EngineRequest, route: Route, wr: WorkloadRequest, now: float) -> None:
+    def finish(
+        rec: RequestRecord, req: EngineRequest, route: Route, parsed: ParsedRequest, now: float
+    ) -> None:
         n = len(req.output)
         rec.output_tokens = n
         rec.finished_at = now
@@ -186,50 +198,37 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         mon.inflight -= 1
         mon.finished(rec.tpot_s)
         summary = req.spec_summary() if route is Route.SPEC else None
-        lookup = realised_lookup_rates(
-            wr.prompt_text, "".join(req.output), k=cfg.k, n_min=lk_min, n_max=lk_max
-        )
         reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
-        policy.observe(
-            Outcome(
-                model=MODEL,
-                route=route,
-                engine=mon.name,
-                kind=rec.predicted_kind,
-                temperature=rec.temperature,
-                ok=True,
-                prompt_tokens=req.num_prompt_tokens,
-                completion_tokens=n,
-                ttft_s=rec.ttft_s,
-                tpot_s=rec.tpot_s,
-                lookup_acceptance=lookup[0] if lookup else None,
-                reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
-                probe=rec.probe,
-                extra={LOOKUP_DRAFTS_KEY: lookup[1]} if lookup else {},
-            ),
-            now,
+        answer = Answer(
+            route=route,
+            engine=mon.name,
+            ok=True,
+            started=req.arrival,
+            first_token_at=req.first_token_at,
+            last_token_at=req.finished_at,
+            completion_tokens=n,
+            prompt_tokens=req.num_prompt_tokens,
+            reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
+            steps=rec.steps,
         )
+        lookup = replay_lookup(parsed.prompt_text, "".join(req.output), lookup_settings)
+        policy.observe(build_outcome(parsed.features, answer, probe=rec.probe, lookup=lookup), now)
 
     def route_one(t: float, wr: WorkloadRequest) -> None:
-        prompt = wr.prompt_text
-        overlap, kind = predict_overlap(prompt, wr.messages[-1]["content"])
-        feats = RequestFeatures(
-            model=MODEL,
-            stream=True,
-            temperature=wr.temperature,
-            max_tokens=wr.max_tokens,
-            prompt_chars=len(prompt),
-            overlap=overlap,
-            kind=kind,
-        )
+        parsed = parse_workload(wr)
+        feats = parsed.features
         view = ModelView(MODEL, (PairView(mons[Route.SPEC].view(), mons[Route.BASE].view(), "gpu0"),))
         d = policy.decide(feats, view, t)
         mon = mons[d.route]
-        rec = RequestRecord(t, wr.kind, wr.subkind, kind, wr.temperature, d.route.value, d.reason, d.probe)
+        rec = RequestRecord(
+            t, wr.kind, wr.subkind, feats.kind, wr.temperature, d.route.value, d.reason, d.probe
+        )
         records.append(rec)
         eng = mon.engine
-        req = eng.make_request(prompt, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed)
-        by_req[id(req)] = (rec, req, d.route, wr)
+        req = eng.make_request(
+            wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed
+        )
+        by_req[id(req)] = (rec, req, d.route, parsed)
         mon.inflight += 1
         on_events(device.submit(eng, req, t))
 

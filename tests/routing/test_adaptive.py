@@ -276,3 +276,27 @@ def test_replicas_choose_the_least_loaded_pair_then_the_engine() -> None:
     mv = ModelView("m", (pair("gpu0", 40), pair("gpu1", 2)))
     d = policy().decide(EDIT, mv, 0.0)
     assert d.engine == "gpu1-spec" and d.fallback == "gpu1-base"
+
+
+def test_a_flip_hands_over_at_a_moment_the_old_engine_is_idle() -> None:
+    """A flip costs its drain (both engines step while the old one's requests finish);
+    on a quiet pair it waits, at most one request duration, for the old engine to idle."""
+    p = policy()
+    busy_spec = view(with_(SPEC, inflight=3))
+    t = warm(p, (EDIT,), busy_spec)
+    assert p.decide(EDIT, busy_spec, t).route is Route.SPEC
+    p.mode.speculating, p.mode.last_flip = False, t  # the mode flips (whatever the cause)
+    d = p.decide(CHAT_HOT, busy_spec, t + 0.1)
+    assert (d.route, d.reason) == (Route.SPEC, "handover")
+    idle = view(with_(SPEC, inflight=0), with_(BASE, inflight=0))
+    assert p.decide(CHAT_HOT, idle, t + 0.2).route is Route.BASE  # free: nothing drains
+    assert p.decide(CHAT_HOT, busy_spec, t + 0.3).route is Route.BASE  # and it stays there
+
+
+def test_a_handover_waits_at_most_one_request_duration() -> None:
+    p = policy()
+    busy_spec = view(with_(SPEC, inflight=30))
+    t = warm(p, (EDIT,), busy_spec)
+    p.mode.speculating, p.mode.last_flip = False, t
+    assert p.decide(CHAT_HOT, busy_spec, t + 0.5).reason == "handover"
+    assert p.decide(CHAT_HOT, busy_spec, t + 2.5).route is Route.BASE  # 2 s: the prior duration

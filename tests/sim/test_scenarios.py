@@ -1,0 +1,125 @@
+"""Scenarios: the shared schedule grammar, time-varying Poisson arrivals, the registry, the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from gateway.sim import cli_simulate
+from gateway.sim.scenarios import (
+    SCENARIOS,
+    Phase,
+    arrival_times,
+    from_schedule,
+    get_scenario,
+    scenario_requests,
+)
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_simulate.configure(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_schedule_grammar_gives_ramps_and_steps() -> None:
+    sc = from_schedule("ramp:0.5-32:300,32:60,ramp:32-0.5:300")
+    assert [(p.start_qps, p.end_qps, p.duration_s) for p in sc.phases] == [
+        (0.5, 32, 300),
+        (32, 32, 60),
+        (32, 0.5, 300),
+    ]
+    assert sc.qps_at(150) == pytest.approx(16.25)
+    assert sc.qps_at(330) == 32
+    assert sc.qps_at(660) == 0.0
+    with pytest.raises(ValueError, match="needs a duration"):
+        from_schedule("4")  # open-ended last stage: a simulation needs an end
+    with pytest.raises(ValueError, match="never sends"):
+        from_schedule("0:10")
+
+
+def test_cli_runs_a_ramped_schedule(tmp_path: Path) -> None:
+    args = _args(
+        "--schedule", "ramp:1-4:20,4:10", "--policies", "always-spec,always-base",
+        "--warmup", "0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert cli_simulate.main(args) == 0
+    for name in ("results.csv", "results.json", "results.md", "results.png", "minutes.csv", "phases.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["policy"] for r in data["rows"]] == ["always-spec", "always-base", "oracle"]
+    assert len(data["meta"]["phases"]) == 2
+    assert cli_simulate.main(_args("--schedule", "ramp:1-x:20", "--out", str(tmp_path))) == 2
+
+
+def test_cli_lists_scenarios_and_rejects_unknown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli_simulate.main(_args("--scenario", "list")) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in SCENARIOS)
+    assert cli_simulate.main(_args("--scenario", "nope", "--out", str(tmp_path))) == 2
+    assert cli_simulate.main(_args("--scenario", "day32", "--schedule", "1:5", "--out", str(tmp_path))) == 2
+
+
+def test_time_varying_rate_is_followed() -> None:
+    """Thinning: a ramp 0 → 100 QPS over 100 s puts a quarter of its arrivals in the first half."""
+    times = [t for t, _ in arrival_times((Phase(100, 0, 100),), random.Random(3))]
+    assert len(times) == pytest.approx(5000, rel=0.05)
+    first = sum(1 for t in times if t < 50)
+    assert first / len(times) == pytest.approx(0.25, abs=0.02)
+    assert all(0 <= t < 100 for t in times)
+
+
+def test_constant_phase_draws_a_homogeneous_process() -> None:
+    rng = random.Random(5)
+    expected, t = [], rng.expovariate(4)
+    while t < 30:
+        expected.append(t)
+        t += rng.expovariate(4)
+    got = [t for t, _ in arrival_times((Phase(30, 4, 4),), random.Random(5))]
+    assert got == expected
+
+
+def test_registry_has_the_named_scenarios_of_sane_length() -> None:
+    for name in ("day32", "day48", "day48-copy", "mix-shift", "temp-shift", "load-step"):
+        sc = get_scenario(name)
+        assert 540 <= sc.duration_s <= 900, name
+    assert max(p.peak_qps for p in get_scenario("day48").phases) == 48
+    mix = get_scenario("mix-shift").phases
+    assert [(p.mix, p.temperature) for p in mix] == [("edit=1", "0"), ("chat=1", "1"), ("edit=1", "0")]
+    assert {p.start_qps for p in mix} == {1.5}
+    with pytest.raises(ValueError, match="unknown scenario"):
+        get_scenario("nope")
+
+
+def test_phases_switch_mix_and_temperature() -> None:
+    sc = get_scenario("mix-shift").scaled(0.1)
+    reqs = scenario_requests(sc.phases, seed=1, mix=None, temperature="uniform:0:1", max_tokens_cap=256)
+    kinds = {(r.kind, r.temperature) for t, r in reqs if t < 18}
+    assert kinds == {("edit", 0.0)}
+    assert {(r.kind, r.temperature) for t, r in reqs if 18 <= t < 36} == {("chat", 1.0)}
+
+
+def test_temperature_shift_keeps_the_prompts() -> None:
+    sc = get_scenario("temp-shift").scaled(0.05)
+    reqs = scenario_requests(sc.phases, seed=2, mix=None, temperature="uniform:0:1", max_tokens_cap=256)
+    cold = [r for t, r in reqs if t < 12]
+    hot = [r for t, r in reqs if 12 <= t < 24]
+    n = min(len(cold), len(hot))
+    assert n > 5
+    assert [r.messages for r in cold[:n]] == [r.messages for r in hot[:n]]
+    assert {r.temperature for r in cold} == {0.0} and {r.temperature for r in hot} == {1.0}
+
+
+def test_sweep_over_seeds_reports_per_seed_ratios(tmp_path: Path) -> None:
+    args = _args("--qps", "2", "--duration", "4", "--warmup", "0", "--seeds", "1,2", "--out", str(tmp_path))
+    assert cli_simulate.main(args) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert sorted({(r["seed"], r["policy"]) for r in data["results"]}) == sorted(
+        (s, p) for s in (1, 2) for p in ("adaptive", "always-spec", "always-base")
+    )
+    md = (tmp_path / "results.md").read_text()
+    assert "| QPS | seed 1 | seed 2 | max |" in md and "max over all points and seeds" in md

@@ -63,6 +63,16 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="largest accepted request body; larger gets 413"
     )
+    max_json_containers: int = Field(
+        20_000,
+        ge=16,
+        le=10_000_000,
+        description="most JSON objects/arrays a request body may hold (counted on the bytes, before "
+        "parsing); more gets 400: each costs ~100 bytes of memory once parsed",
+    )
+    max_json_elements: int = Field(
+        200_000, ge=16, le=100_000_000, description="most JSON values a request body may hold; more gets 400"
+    )
     max_concurrency: int = Field(
         1024, ge=1, description="requests in flight at once; beyond it clients get 429 + Retry-After"
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
 import re
@@ -48,6 +49,7 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
+_CHUNKED_UPLOAD = 512 * 1024  # bodies from this size go upstream as a stream of chunks
 _THROTTLE = LogThrottle(5.0)  # one failover warning per engine and error kind per 5 s
 
 
@@ -216,7 +218,10 @@ class ProxyCall(StreamRelay):
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await session.post(url, data=self._payload(rt), headers=headers, timeout=timeout)
+                    payload = self._payload(rt)
+                    # aiohttp writes a large bytes body in one go; a stream of it in chunks.
+                    data = payload if len(payload) < _CHUNKED_UPLOAD else io.BytesIO(payload)
+                    resp = await session.post(url, data=data, headers=headers, timeout=timeout)
             except aiohttp.ConnectionTimeoutError:
                 raise self._fail(
                     rt, "connect_timeout", 502, f"engine {rt.name} did not accept the connection", reason

@@ -1,8 +1,12 @@
 """Suite-wide fixtures.
 
 ``_no_blocking_calls`` (autouse) fails any test in which a blocking call runs on a running
-event loop: ``time.sleep``, blocking socket connects, synchronous subprocesses, or any
-single loop callback that holds the loop for longer than ``SLOW_CALLBACK_S``.
+event loop: ``time.sleep``, blocking socket connects, synchronous subprocesses (caught at
+the call), or any single loop callback that computes on the loop thread for longer than
+``SLOW_CALLBACK_CPU_S`` of its CPU time. CPU time, not wall time: on a loaded machine a
+callback can be descheduled for a second without doing anything wrong. Only a stall far
+past anything scheduling causes (``STALL_WALL_S``) counts by the wall clock: blocking
+I/O the patched calls miss.
 Code that must block (the sync OpenAI SDK in tests, say) runs in a worker thread,
 where it is allowed.
 """
@@ -23,10 +27,17 @@ import pytest
 from gateway.config import GatewayConfig, load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 
-# A single callback holding the loop this long is a blocking call. Generous, because
-# CI machines are small and shared; real blocking I/O (a sleep, a DNS lookup, a file
-# read over the network) shows up far above it.
-SLOW_CALLBACK_S = 0.5
+SLOW_CALLBACK_CPU_S = 0.5  # CPU time of the loop thread in one callback
+STALL_WALL_S = 5.0  # wall time of one callback
+
+
+def slow_callback(wall_s: float, cpu_s: float) -> str | None:
+    """Why one loop callback counts as blocking, or None."""
+    if cpu_s > SLOW_CALLBACK_CPU_S:
+        return f"computed on the event loop for {cpu_s:.3f}s of CPU"
+    if wall_s > STALL_WALL_S:
+        return f"held the event loop for {wall_s:.3f}s"
+    return None
 
 
 def _on_running_loop() -> bool:
@@ -68,11 +79,11 @@ def _no_blocking_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     main_thread = threading.get_ident()
 
     def timed_run(self: asyncio.events.Handle) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         real_run(self)
-        dt = time.perf_counter() - t0
-        if dt > SLOW_CALLBACK_S and threading.get_ident() == main_thread:
-            slow.append(f"{self!r} held the event loop for {dt:.3f}s")
+        why = slow_callback(time.perf_counter() - t0, time.thread_time() - c0)
+        if why is not None and threading.get_ident() == main_thread:
+            slow.append(f"{self!r} {why}")
 
     monkeypatch.setattr(asyncio.events.Handle, "_run", timed_run)
     yield

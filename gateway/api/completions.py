@@ -10,8 +10,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.api.auth import check_client, check_model_access
+from gateway.api.body import check_content_encoding, parse_body
 from gateway.api.errors import ApiError, error_response
-from gateway.api.features import CHAT, COMPLETIONS, model_name, parse_json, parse_request
+from gateway.api.features import CHAT, COMPLETIONS, model_name, parse_request
 from gateway.api.headers import REASON, REQUEST_ID, ROUTE, request_id
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import ModelRuntime
@@ -31,6 +32,7 @@ BODY_TIMEOUT_S = 30.0  # a client trickling its body must not hold a concurrency
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
+    check_content_encoding(request.headers.get("Content-Encoding"))
     try:
         if request.content.is_eof():  # the whole body already arrived: no timer needed
             return await request.read()
@@ -42,6 +44,10 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         ) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large") from None
+    except web.RequestPayloadError:  # a body that does not decode as its Content-Encoding, or cut
+        raise ApiError(
+            400, "request body could not be read (does it match its Content-Encoding?)", code="invalid_body"
+        ) from None
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -88,7 +94,7 @@ async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
         if st.client_keys and not st.open_models:
             check_client(request, st.client_keys)  # before reading the body
         raw = await _read_body(request, st.config.server.max_body_bytes)
-        body = parse_json(raw)
+        body = await parse_body(raw, st.config.server)
         name = model_name(body)
         mrt = st.models.get(name)
         check_model_access(

@@ -63,6 +63,16 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="largest accepted request body; larger gets 413"
     )
+    max_json_containers: int = Field(
+        20_000,
+        ge=16,
+        le=10_000_000,
+        description="most JSON objects/arrays a request body may hold (counted on the bytes, before "
+        "parsing); more gets 400: each costs ~100 bytes of memory once parsed",
+    )
+    max_json_elements: int = Field(
+        200_000, ge=16, le=100_000_000, description="most JSON values a request body may hold; more gets 400"
+    )
     max_concurrency: int = Field(
         1024, ge=1, description="requests in flight at once; beyond it clients get 429 + Retry-After"
     )
@@ -196,11 +206,30 @@ class TimeoutsConfig(_Strict):
         60.0,
         gt=0.0,
         le=3600.0,
-        description="streaming: until the first event (capped by total_s); non-streaming answers are "
-        "bounded by total_s",
+        description="per attempt, until the engine's first stream event; a non-streamed answer only "
+        "arrives whole, so it gets this plus max_tokens x nonstream_token_s (each capped by total_s). "
+        "Past it the attempt moves to the sibling engine",
     )
-    idle_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest silence between stream events")
-    total_s: float = Field(600.0, gt=0.0, le=86400.0, description="whole request")
+    nonstream_token_s: float = Field(
+        0.05,
+        gt=0.0,
+        le=60.0,
+        description="slowest decode a non-streamed answer is allowed per requested token (max_tokens) "
+        "before its attempt counts as stalled",
+    )
+    idle_s: float = Field(
+        30.0, gt=0.0, le=3600.0, description="longest silence of the engine between stream events"
+    )
+    client_stall_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description="longest a stream waits for a client that does not read (its buffer full); then the "
+        "client is disconnected and the engine request aborted - never counted against the engine",
+    )
+    total_s: float = Field(
+        600.0, gt=0.0, le=86400.0, description="whole request, all attempts (a client-level cap)"
+    )
 
 
 class RetryConfig(_Strict):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
 import re
@@ -48,6 +49,7 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
+_CHUNKED_UPLOAD = 512 * 1024  # bodies from this size go upstream as a stream of chunks
 _THROTTLE = LogThrottle(5.0)  # one failover warning per engine and error kind per 5 s
 
 
@@ -156,10 +158,29 @@ class ProxyCall(StreamRelay):
             body["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
+    def _first_byte_budget(self) -> float:
+        """Seconds an attempt may wait for the engine's first byte: a stream's first event,
+        or a non-streamed answer, which arrives whole (so its decode time is added)."""
+        t = self.model.timeouts
+        if self.stream:
+            return t.first_byte_s
+        n = self.body.get("max_completion_tokens", self.body.get("max_tokens"))
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            return t.total_s  # unbounded answer: only the total bounds it
+        return t.first_byte_s + min(n, 1_000_000) * t.nonstream_token_s
+
     def _fail(
-        self, rt: EngineRuntime, error: str, status: int, message: str, reason: str | None
+        self,
+        rt: EngineRuntime,
+        error: str,
+        status: int,
+        message: str,
+        reason: str | None,
+        *,
+        blame: bool = True,
     ) -> Retryable:
-        rt.record_failure(error)
+        if blame:
+            rt.record_failure(error)
         code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
         err = ApiError(status, message, code=code)
         headers = self._client_headers(rt, reason)
@@ -184,7 +205,12 @@ class ProxyCall(StreamRelay):
         except Exception:
             log.exception("telemetry upstream_started failed")
         url = _upstream_url(rt.config.url, self.endpoint)
-        first_deadline = min(deadline, loop.time() + t.first_byte_s) if self.stream else deadline
+        # Each attempt has its own first-byte budget (a retry never inherits what the first
+        # attempt used); the request's total caps it, and if that cap is what runs out, the
+        # engine is not blamed: it did not get its budget.
+        own = loop.time() + self._first_byte_budget()
+        first_deadline = min(deadline, own)
+        capped = first_deadline < own
         session = self.pool.session(rt.name)
         timeout = _client_timeout(t.connect_s)
         resp: aiohttp.ClientResponse | None = None
@@ -192,12 +218,19 @@ class ProxyCall(StreamRelay):
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await session.post(url, data=self._payload(rt), headers=headers, timeout=timeout)
+                    payload = self._payload(rt)
+                    # aiohttp writes a large bytes body in one go; a stream of it in chunks.
+                    data = payload if len(payload) < _CHUNKED_UPLOAD else io.BytesIO(payload)
+                    resp = await session.post(url, data=data, headers=headers, timeout=timeout)
             except aiohttp.ConnectionTimeoutError:
                 raise self._fail(
                     rt, "connect_timeout", 502, f"engine {rt.name} did not accept the connection", reason
                 ) from None
             except TimeoutError:
+                if capped:
+                    raise self._fail(
+                        rt, "total_timeout", 504, "request exceeded its total time limit", reason, blame=False
+                    ) from None
                 raise self._fail(
                     rt, "first_byte_timeout", 504, f"engine {rt.name} did not answer in time", reason
                 ) from None
@@ -217,7 +250,9 @@ class ProxyCall(StreamRelay):
             if resp.status == 200 and ctype.startswith("text/event-stream"):
                 await self._relay_stream(rt, resp, first_deadline, deadline, result)
             else:
-                await self._relay_body(rt, resp, deadline, result)
+                # A non-streamed answer's read has the attempt's budget; a stream's error body, the total.
+                until, total = (deadline, True) if self.stream else (first_deadline, capped)
+                await self._relay_body(rt, resp, until, result, total=total)
         finally:
             if resp is not None:
                 # Keep the connection only when the engine's response was read to the end;
@@ -262,14 +297,21 @@ class ProxyCall(StreamRelay):
 
     # -- non-streaming ---------------------------------------------------------------
     async def _relay_body(
-        self, rt: EngineRuntime, resp: aiohttp.ClientResponse, deadline: float, result: ProxyResult
+        self,
+        rt: EngineRuntime,
+        resp: aiohttp.ClientResponse,
+        deadline: float,
+        result: ProxyResult,
+        *,
+        total: bool = False,
     ) -> None:
         with self._upstream_read(
             rt,
             result,
-            timeout_error="total_timeout",
+            timeout_error="first_byte_timeout",
             timeout_message=f"engine {rt.name} did not finish in time",
             what="response",
+            total=total,
         ):
             if resp.content.is_eof():  # the whole body came with the headers: no timer needed
                 data = await _read_body(resp.content)

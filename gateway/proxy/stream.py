@@ -26,8 +26,10 @@ from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, model_patterns, rewrite_model
 from gateway.telemetry.hooks import RequestTelemetry
+from gateway.telemetry.logthrottle import LogThrottle
 
 log = logging.getLogger(__name__)
+_THROTTLE = LogThrottle(5.0)  # one stalled-client warning per 5 s
 
 MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 
@@ -47,19 +49,45 @@ class StreamRelay:
         raise NotImplementedError
 
     def _fail(
-        self, rt: EngineRuntime, error: str, status: int, message: str, reason: str | None
+        self,
+        rt: EngineRuntime,
+        error: str,
+        status: int,
+        message: str,
+        reason: str | None,
+        *,
+        blame: bool = True,
     ) -> Retryable:
         raise NotImplementedError
 
     @contextlib.contextmanager
     def _upstream_read(
-        self, rt: EngineRuntime, result: ProxyResult, *, timeout_error: str, timeout_message: str, what: str
+        self,
+        rt: EngineRuntime,
+        result: ProxyResult,
+        *,
+        timeout_error: str,
+        timeout_message: str,
+        what: str,
+        total: bool = False,
     ) -> Iterator[None]:
         """Map a failed read from the engine (before anything reached the client) to a
-        retryable 504 (``timeout_error``) or 502 (the engine dropped the ``what``)."""
+        retryable 504 (``timeout_error``) or 502 (the engine dropped the ``what``).
+
+        ``total``: the deadline was the request's total, not the engine's own budget (an
+        earlier attempt used the rest): its expiry is not held against this engine."""
         try:
             yield
         except TimeoutError:
+            if total:
+                raise self._fail(
+                    rt,
+                    "total_timeout",
+                    504,
+                    "request exceeded its total time limit",
+                    result.reason,
+                    blame=False,
+                ) from None
             raise self._fail(rt, timeout_error, 504, timeout_message, result.reason) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise self._fail(
@@ -87,6 +115,7 @@ class StreamRelay:
             timeout_error="first_byte_timeout",
             timeout_message=f"engine {rt.name} sent no event in time",
             what="stream",
+            total=first_deadline >= deadline,
         ):
             chunk = content.read_nowait()  # events that came with the headers: no timer needed
             if not chunk and not content.at_eof():
@@ -154,6 +183,9 @@ class StreamRelay:
                                 pieces.append(piece)
                             saw_done = saw_done or done
                         if pieces:
+                            # The write waits only when the client's buffer is full: then it is
+                            # the client that is slow, timed by its own limit, never the engine's.
+                            idle.client(tm, t.client_stall_s)
                             await out.write(b"".join(pieces))
                     if saw_done:
                         break
@@ -162,6 +194,9 @@ class StreamRelay:
                     if not chunk:
                         break
         except TimeoutError:
+            if idle.waiting_client:
+                self._client_stalled(rt, result)
+                return
             broken = "total_timeout" if loop.time() >= deadline else "idle_timeout"
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectionResetError):
@@ -196,6 +231,24 @@ class StreamRelay:
         result.ok = broken is None and harvest.error is None
         if harvest.error is not None and result.error is None:
             result.error = harvest.error
+
+    def _client_stalled(self, rt: EngineRuntime, result: ProxyResult) -> None:
+        """The client stopped reading: cut its connection (nothing more can reach it) and
+        let the caller close the engine response, which aborts the engine request. The
+        engine did nothing wrong: no failure is recorded against it."""
+        result.error = "client_stalled"
+        result.ok = False
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+        _THROTTLE.log(
+            log,
+            logging.WARNING,
+            "client_stalled",
+            "a client stopped reading its stream for %.0f s: disconnected (engine %s not blamed)",
+            self.model.timeouts.client_stall_s,
+            rt.name,
+        )
 
     def _token_seen(self, result: ProxyResult) -> None:
         now = time.monotonic()
@@ -268,7 +321,7 @@ class _IdleTimer:
     itself for the new expiry, and only a real expiry fires the ``asyncio.timeout``
     (rescheduled to now, so cancellation and TimeoutError keep asyncio's semantics)."""
 
-    __slots__ = ("_deadline", "_handle", "_idle_s", "_loop", "_tm", "expires")
+    __slots__ = ("_deadline", "_handle", "_idle_s", "_loop", "_tm", "expires", "waiting_client")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float, deadline: float) -> None:
         self._loop = loop
@@ -277,9 +330,24 @@ class _IdleTimer:
         self._tm: asyncio.Timeout | None = None
         self._handle: asyncio.TimerHandle | None = None
         self.expires = deadline
+        self.waiting_client = False  # the limit running is the client's (a write), not the engine's
 
     def touch(self, tm: asyncio.Timeout) -> None:
-        self.expires = min(self._deadline, self._loop.time() + self._idle_s)
+        """Waiting for the engine: its idle limit (within the request's total)."""
+        self.waiting_client = False
+        self._arm(tm, min(self._deadline, self._loop.time() + self._idle_s))
+
+    def client(self, tm: asyncio.Timeout, stall_s: float) -> None:
+        """Waiting for the client to take a write: its own stall limit (the total does not
+        apply here: it would blame whoever is read next)."""
+        self.waiting_client = True
+        self._arm(tm, self._loop.time() + stall_s)
+
+    def _arm(self, tm: asyncio.Timeout, expires: float) -> None:
+        self.expires = expires
+        if self._handle is not None and self._handle.when() > expires:
+            self._handle.cancel()
+            self._handle = None
         if self._handle is None:
             self._tm = tm
             self._handle = self._loop.call_at(self.expires, self._check)

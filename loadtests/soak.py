@@ -7,9 +7,13 @@ that its resident memory (VmRSS) and open file descriptors can be sampled from
 ``/proc``. Load: an open-loop Poisson stream of the workload corpus (edits, summaries,
 RAG, chat; temperatures 0-1; streaming and not), plus clients that hang up mid-stream
 and a trickle of hostile requests (bad JSON, NaN, negative or huge parameters, deep
-nesting, oversized bodies, invalid UTF-8, bad headers). A fault schedule runs through
-the emulator's knobs: engine crash and restart, crash mid-stream, hangs before the
-first byte and mid-stream, error rate, slow, garbage and missing metrics.
+nesting, oversized bodies, invalid UTF-8, UTF-16, mismatched Content-Encoding, a gzip
+bomb, 8 MiB of tiny JSON containers, bad headers). Beside it, every 30 s: six streaming
+clients that never read (three forced to each engine) held for 40 s, and bursts of
+malformed HTTP (bare LF, invalid header bytes, an oversized request line, bad chunking,
+TLS on the plain port). A fault schedule runs through the emulator's knobs: engine crash
+and restart, crash mid-stream, hangs before the first byte (streaming and non-streaming
+clients) and mid-stream, error rate, slow, garbage and missing metrics.
 
 Every request is classified:
   ok                    200, complete (stream ended with [DONE], no error event)
@@ -31,13 +35,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import io
 import json
 import os
 import random
 import signal
+import socket
 import statistics
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -219,6 +227,15 @@ def hostile_requests() -> list[tuple[str, bytes, dict[str, str]]]:
         ("unknown model", js({"model": "nope", "messages": ok_msgs}), {}),
         ("bad route header", js(base), {"x-specgate-route": "everything"}),
         ("stream not a bool", js({**base, "stream": "yes"}), {}),
+        # Bodies whose parsing would cost far more than their size (bounded before parsing).
+        (
+            "8 MiB of tiny containers",
+            b'{"model":"m1","messages":[' + b",".join([b"{}"] * 2_700_000) + b"]}",
+            {},
+        ),
+        ("UTF-16 JSON", json.dumps(base).encode("utf-16"), {}),
+        ("gzip header on plain JSON", js(base), {"Content-Encoding": "gzip"}),
+        ("gzip bomb (64 MiB of spaces)", gzip.compress(b" " * (64 << 20)), {"Content-Encoding": "gzip"}),
     ]
 
 
@@ -234,6 +251,7 @@ class Stats:
     hostile_bad: list[str] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    attacks: Counter[str] = field(default_factory=Counter)
 
 
 async def one_request(
@@ -312,7 +330,9 @@ async def one_hostile(
     name, raw, headers = case
     try:
         async with s.post(
-            url + "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json", **headers}
+            url + "/v1/chat/completions",
+            data=io.BytesIO(raw),
+            headers={"Content-Type": "application/json", **headers},
         ) as r:
             text = (await r.read()).decode(errors="replace")
             shaped = False
@@ -329,6 +349,74 @@ async def one_hostile(
         st.hostile_bad.append(f"{name}: {type(exc).__name__}")
 
 
+# ----------------------------------------------------------------------------- connection attacks
+
+MALFORMED_HTTP = [
+    b"POST /v1/chat/completions HTTP/1.1\nHost: x\nAuthorization: Bearer soak-secret\n\n{}",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHo\x01st: x\r\nContent-Length: 2\r\n\r\n{}",
+    b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+]
+
+
+def _stalled_stream(port: int, route: str, hold_s: float) -> None:
+    """A streaming client with a tiny receive buffer that never reads (thread: blocking socket)."""
+    body = json.dumps(
+        {
+            "model": "m1",
+            "stream": True,
+            "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "Write a very long story. " * 20}],
+        }
+    ).encode()
+    with socket.socket() as sk:
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sk.settimeout(hold_s + 5)
+        sk.connect(("127.0.0.1", port))
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"x-specgate-route: {route}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        sk.sendall(head + body)
+        deadline = time.monotonic() + hold_s
+        while time.monotonic() < deadline:  # holds the connection without reading
+            time.sleep(0.5)
+
+
+def _malformed(port: int) -> None:
+    for raw in MALFORMED_HTTP:
+        with socket.socket() as sk:
+            sk.settimeout(5)
+            sk.connect(("127.0.0.1", port))
+            try:
+                sk.sendall(raw)
+                sk.recv(4096)
+            except OSError:
+                pass
+
+
+async def attacks(url: str, duration: float, t0: float, stop: asyncio.Event, st: Stats) -> None:
+    """Beside the load: every 30 s, six streams that never read (three forced to each
+    engine) held for 40 s, and a burst of malformed HTTP. None of it may cost a request."""
+    port = int(url.rsplit(":", 1)[1])
+    loop = asyncio.get_running_loop()
+    held: set[asyncio.Future[None]] = set()
+    while loop.time() - t0 < duration - 45 and not stop.is_set():
+        for route in ("spec", "base") * 3:
+            held.add(asyncio.ensure_future(asyncio.to_thread(_stalled_stream, port, route, 40.0)))
+            st.attacks["slow readers"] += 1
+        for _ in range(20):
+            await asyncio.to_thread(_malformed, port)
+            st.attacks["malformed HTTP bursts"] += 1
+        try:
+            await asyncio.wait_for(stop.wait(), 30.0)
+        except TimeoutError:
+            pass
+    if held:
+        await asyncio.gather(*held, return_exceptions=True)
+
+
 async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: float) -> None:
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
@@ -337,6 +425,11 @@ async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: 
     tasks: set[asyncio.Task[None]] = set()
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
+        # Each hostile kind once first: the costliest inputs set the memory high-water mark
+        # before the warm-up window, so the flat-memory check measures growth, not that mark
+        # (bounded on its own: README, "costly bodies").
+        for case in hostile:
+            await one_hostile(s, url, case, st)
         nxt = loop.time()
         while loop.time() - t0 < duration:
             nxt += rng.expovariate(qps)
@@ -462,6 +555,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     t0 = loop.time()
     sampling = asyncio.ensure_future(sampler(proc.pid, t0, samples, args.sample_every, stop))
     faulting = asyncio.ensure_future(run_faults(group, faults, t0, stop))
+    attacking = asyncio.ensure_future(attacks(url, args.duration, t0, stop, st))
     fd_idle1 = None
     try:
         await load(url, args.qps, args.duration, args.seed, st, t0)
@@ -477,7 +571,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         fd_after = fd_detail(proc.pid)
     finally:
         stop.set()
-        await asyncio.gather(sampling, faulting, return_exceptions=True)
+        await asyncio.gather(sampling, faulting, attacking, return_exceptions=True)
         async with aiohttp.ClientSession() as s, s.get(url + "/admin/state") as r:
             state = await r.json()
         proc.send_signal(signal.SIGTERM)
@@ -528,6 +622,7 @@ def report(
         "reasons": dict(st.reasons),
         "hostile_rejected_4xx": dict(st.hostile),
         "hostile_bad": st.hostile_bad[:20],
+        "attacks": dict(st.attacks),
         "failures": st.failures[:50],
         "latency_ok_p50_s": round(lat[len(lat) // 2], 3) if lat else None,
         "latency_ok_p99_s": round(lat[int(len(lat) * 0.99)], 3) if lat else None,

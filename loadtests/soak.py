@@ -346,7 +346,12 @@ async def one_hostile(
             else:
                 st.hostile_bad.append(f"{name}: HTTP {r.status} {text[:120]}")
     except aiohttp.ClientError as exc:
-        st.hostile_bad.append(f"{name}: {type(exc).__name__}")
+        # A decompression bomb may be refused by closing the connection before a response
+        # (the body is not read further): a refusal, not a failure. Anything else is bad.
+        if "bomb" in name and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+            st.hostile[name] += 1
+        else:
+            st.hostile_bad.append(f"{name}: {type(exc).__name__}")
 
 
 # ----------------------------------------------------------------------------- connection attacks

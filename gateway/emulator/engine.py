@@ -59,6 +59,7 @@ from gateway.emulator.engine_types import (
     StepPlan,
     TokenEvent,
 )
+from gateway.emulator.spec import k0_overhead
 from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
 from gateway.physics import StepTimeProfile, get_profile
 from gateway.text import tokenize
@@ -222,6 +223,7 @@ class Engine:
         dec_tokens = 0
         ctx_sum = 0
         drafted_k = 0
+        k_now = spec.k_at(len(self.running)) if spec is not None else 0  # Dynamic SD: K by batch
         # 1. decoding requests (and those still mid-prefill) first
         for req in self.running:
             if req.prefilled < req.prefill_target:
@@ -232,7 +234,7 @@ class Engine:
                 continue
             e = StepEntry(req)
             if spec is not None:
-                room = min(req.max_tokens - len(req.output), cfg.max_model_len - req.ctx) - 1
+                room = min(req.max_tokens - len(req.output), cfg.max_model_len - req.ctx, k_now + 1) - 1
                 if room > 0:
                     if spec.text_based:
                         assert req.proposer is not None
@@ -240,7 +242,7 @@ class Engine:
                         e.drafts = d
                         e.n_drafts = len(d)
                     else:
-                        e.n_drafts = min(spec.k, room)
+                        e.n_drafts = room
             entries.append(e)
             n_dec += 1
             dec_tokens += 1 + e.n_drafts
@@ -272,7 +274,13 @@ class Engine:
         ctx = ctx_sum / n_dec if n_dec else float(max(1, prefill_tokens // max(1, n_prefill)))
         prof = self.profile
         step_ms = prof.step_ms(batch, q, ctx) + prof.prefill_ms(prefill_tokens)
-        draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx) if spec is not None and n_dec else 0.0
+        draft_ms = 0.0
+        if spec is not None and k_now == 0:
+            # A Dynamic SD step at K=0 proposes nothing; what the speculative machinery still
+            # costs is the whole-step overhead vLLM issue 49548 measured against plain decoding.
+            step_ms *= 1.0 + k0_overhead(batch)
+        elif spec is not None and n_dec:
+            draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx)
         total_ms = step_ms + draft_ms + self.step_overhead_ms
         plan = StepPlan(
             batch=batch,

@@ -18,10 +18,10 @@ from pathlib import Path
 from gateway.sim.cli_scenario import run_scenario
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, seed_ratios, write_csv, write_json
-from gateway.sim.run import SimConfig, simulate
+from gateway.sim.run import DYNAMIC_SD, SimConfig, simulate
 from gateway.sim.scenarios import Phase, describe_all, from_schedule, get_scenario
 
-POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
+POLICIES = ("adaptive", "always-spec", "always-base", "temperature", DYNAMIC_SD)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--qps", default="0.5,1,2,4,8,16,32", help="comma-separated arrival rates (req/s)")
     parser.add_argument(
         "--policies",
-        default="adaptive,always-spec,always-base",
-        help=f"comma-separated, of {', '.join(POLICIES)}",
+        default=None,
+        help=f"comma-separated, of {', '.join(POLICIES)} (default: adaptive and the two statics; a "
+        f"scenario adds {DYNAMIC_SD}: one engine alone with vLLM's Dynamic SD, K=k up to batch 32 "
+        "then K=0, as a baseline)",
     )
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per point")
     parser.add_argument("--seed", type=int, default=1, help="workload and arrival seed")
@@ -57,6 +59,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prompt-lookup-max", type=int, default=5, help="n-gram proposer's largest match (ngram only)"
+    )
+    parser.add_argument(
+        "--dynamic-sd-max-batch",
+        type=int,
+        default=32,
+        help=f"{DYNAMIC_SD}: speculate with K=k up to this many running requests, K=0 above",
     )
     parser.add_argument(
         "--routing", default="{}", help="JSON object of extra routing config fields for the adaptive policy"
@@ -132,6 +140,7 @@ def _sim_config(
         routing=routing if policy == "adaptive" else {},
         phases=phases,
         warmup_s=args.warmup,
+        dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
     )
 
 
@@ -141,15 +150,19 @@ def main(args: argparse.Namespace) -> int:
         routing = json.loads(args.routing)
         if not isinstance(routing, dict):
             raise ValueError("--routing must be a JSON object")
+        if args.dynamic_sd_max_batch < 1:
+            raise ValueError("--dynamic-sd-max-batch must be >= 1")
     except ValueError as exc:
         print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2
-    policies = [p.strip() for p in str(args.policies).split(",") if p.strip()]
+    scenario = bool(args.scenario or args.schedule)
+    default = "adaptive,always-spec,always-base" + (f",{DYNAMIC_SD}" if scenario else "")
+    policies = [p.strip() for p in str(args.policies or default).split(",") if p.strip()]
     if args.scenario == "list":
         print(describe_all())
         return 0
     bad = [p for p in policies if p not in POLICIES]
-    if args.scenario or args.schedule:
+    if scenario:
         try:
             if args.scenario and args.schedule:
                 raise ValueError("give --scenario or --schedule, not both")

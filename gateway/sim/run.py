@@ -18,6 +18,8 @@ from gateway.sim.scenarios import Phase, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
 
 MODEL = "qwen3-8b"
+# A setup rather than a routing policy: one Dynamic SD engine alone serves all traffic.
+DYNAMIC_SD = "dynamic-sd"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class SimConfig:
     # Optional time-varying traffic (load, mix, temperature) replacing qps/duration_s.
     phases: tuple[Phase, ...] = ()
     routing: dict[str, object] = field(default_factory=dict)  # extra RoutingConfig fields
+    # The dynamic-sd setup's num_speculative_tokens_per_batch_size: K=k up to batch 32, then
+    # K=0 (plain decoding plus the measured overhead of the speculative machinery).
+    dynamic_k: tuple[tuple[int, int, int], ...] = ((1, 32, 5), (33, 1 << 20, 0))
 
 
 @dataclass
@@ -145,11 +150,16 @@ def parse_workload(wr: WorkloadRequest) -> ParsedRequest:
 
 def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
     work = workload if workload is not None else arrivals(cfg)
-    rcfg = RoutingConfig.model_validate({"policy": cfg.policy, "profile": cfg.profile, **cfg.routing})
+    # dynamic-sd: one engine with vLLM's Dynamic SD serves everything (no plain sibling).
+    dynamic = cfg.policy == DYNAMIC_SD
+    name = "always-spec" if dynamic else cfg.policy
+    rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
     policy = build_policy(rcfg)
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
     if cfg.method in ("ngram", "ngram_gpu"):
         raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
+    if dynamic:
+        raw_spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in cfg.dynamic_k]
     spec_cfg = parse_spec_config(raw_spec)
     assert spec_cfg is not None
     lk_min, lk_max = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
@@ -158,9 +168,9 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     spec_eng = device.attach(
         Engine(EngineConfig(MODEL, spec=spec_cfg, profile=cfg.profile, seed=cfg.seed), observer=obs_s)
     )
-    base_eng = device.attach(
-        Engine(EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed), observer=obs_b)
-    )
+    base_eng = Engine(EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed), observer=obs_b)
+    if not dynamic:
+        device.attach(base_eng)
     mons = {
         Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
         Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),

@@ -56,6 +56,26 @@ def test_cli_runs_a_ramped_schedule(tmp_path: Path) -> None:
     assert cli_simulate.main(_args("--schedule", "ramp:1-x:20", "--out", str(tmp_path))) == 2
 
 
+def test_dynamic_sd_baseline_runs_one_engine_that_drops_to_k0_above_its_batch(tmp_path: Path) -> None:
+    """The default scenario policies add the Dynamic SD single engine; with a threshold of
+    one request it speculates alone and drops to K=0 (paying the overhead) once loaded."""
+    args = _args(
+        "--schedule", "1:15,24:15", "--mix", "edit=1", "--temperature", "0",
+        "--dynamic-sd-max-batch", "1", "--warmup", "0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert cli_simulate.main(args) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["policy"]: r for r in data["rows"]}
+    assert set(rows) == {"adaptive", "always-spec", "always-base", "oracle", "dynamic-sd"}
+    assert rows["dynamic-sd"]["spec_share"] == 1.0
+    # loaded, K=0 is plain decoding plus overhead: slower than the plain engine alone
+    assert rows["dynamic-sd"]["mean_tpot_ms"] > rows["always-base"]["mean_tpot_ms"]
+    assert data["adaptive"]["vs_dynamic_sd"] == pytest.approx(
+        rows["adaptive"]["mean_tpot_ms"] / rows["dynamic-sd"]["mean_tpot_ms"]
+    )
+    assert cli_simulate.main(_args("--schedule", "1:5", "--dynamic-sd-max-batch", "0")) == 2
+
+
 def test_cli_lists_scenarios_and_rejects_unknown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli_simulate.main(_args("--scenario", "list")) == 0
     listed = capsys.readouterr().out

@@ -4,7 +4,8 @@ Everything here is pure arithmetic over records (arrival time, route, TPOT, TTFT
 tokens), so the simulator and ``specgate bench`` (real sockets) report the same numbers the
 same way.
 
-* **Windows** are 60-s slices of *arrival* time, from the end of the warm-up.
+* **Windows** are 60-s slices of *arrival* time aligned with the start of the run (so they
+  fall on a scenario's phase boundaries); arrivals during the warm-up are not counted.
 * **Oracle** of the two statics: in each window the static policy (always-spec or
   always-base) whose requests had the lower mean TPOT; the oracle's records are those
   requests pooled over all windows (it switches for free and knows the future minute).
@@ -101,8 +102,8 @@ def summarize(records: Sequence[Rec], span_s: float, slo: Slo) -> dict[str, floa
     }
 
 
-def window_of(t: float, t0: float, window_s: float = WINDOW_S) -> int:
-    return int((t - t0) // window_s)
+def window_of(t: float, window_s: float = WINDOW_S) -> int:
+    return int(t // window_s)
 
 
 def window_tpot(records: Iterable[Rec], t0: float, window_s: float = WINDOW_S) -> dict[int, float]:
@@ -110,7 +111,7 @@ def window_tpot(records: Iterable[Rec], t0: float, window_s: float = WINDOW_S) -
     acc: dict[int, list[float]] = {}
     for r in records:
         if r.tpot_s is not None and r.arrival >= t0:
-            acc.setdefault(window_of(r.arrival, t0, window_s), []).append(r.tpot_s * 1e3)
+            acc.setdefault(window_of(r.arrival, window_s), []).append(r.tpot_s * 1e3)
     return {w: mean(v) for w, v in acc.items()}
 
 
@@ -127,13 +128,12 @@ def oracle_records(
     spec_recs: Sequence[Rec],
     base_recs: Sequence[Rec],
     choice: dict[int, str],
-    t0: float,
     window_s: float = WINDOW_S,
 ) -> list[Rec]:
     """The chosen static's requests of every window, pooled (arrival order)."""
     out: list[Rec] = []
     for name, recs in ((SPEC, spec_recs), (BASE, base_recs)):
-        out += [r for r in recs if choice.get(window_of(r.arrival, t0, window_s)) == name]
+        out += [r for r in recs if choice.get(window_of(r.arrival, window_s)) == name]
     return sorted(out, key=lambda r: r.arrival)
 
 
@@ -172,7 +172,6 @@ def switch_times(
     adaptive: Sequence[Rec],
     spec: dict[int, float],
     base: dict[int, float],
-    t0: float,
     *,
     window_s: float = WINDOW_S,
     margin: float = SWITCH_MARGIN,
@@ -196,7 +195,7 @@ def switch_times(
     for (_, prev, _), (w, to, m) in itertools.pairwise(decided):
         if to == prev:
             continue
-        tc = t0 + w * window_s
+        tc = w * window_s
         delay: float | None = None
         for i in range(bisect.bisect_left(times, tc), len(times)):
             lo = bisect.bisect_right(times, times[i] - share_window_s)

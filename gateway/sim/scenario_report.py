@@ -49,7 +49,7 @@ def build(
     have_statics = an.SPEC in recs and an.BASE in recs
     if have_statics:
         choice = an.oracle_choice(minutes[an.SPEC], minutes[an.BASE])
-        orecs = an.oracle_records(recs[an.SPEC], recs[an.BASE], choice, t0)
+        orecs = an.oracle_records(recs[an.SPEC], recs[an.BASE], choice)
         rows[ORACLE] = {"policy": ORACLE, **an.summarize(orecs, span, slo)}
         minutes[ORACLE] = an.window_tpot(orecs, t0)
         out["oracle_choice"] = {str(w): c for w, c in sorted(choice.items())}
@@ -62,7 +62,7 @@ def build(
         if "adaptive" in recs:
             ad = rows["adaptive"]
             worst = an.worst_minute(minutes["adaptive"], minutes[an.SPEC], minutes[an.BASE])
-            sw = an.switch_times(recs["adaptive"], minutes[an.SPEC], minutes[an.BASE], t0, margin=margin)
+            sw = an.switch_times(recs["adaptive"], minutes[an.SPEC], minutes[an.BASE], margin=margin)
             delays = [s.delay_s for s in sw]
             out["adaptive"] = {
                 "vs_best_static": ad["tpot_vs_best_static"],
@@ -71,7 +71,7 @@ def build(
                 "oracle_gain": 1 - orc / best,
                 "capture": an.capture(ad["mean_tpot_ms"], best, orc),
                 "worst_minute": None if worst is None else worst[0],
-                "worst_minute_start_s": None if worst is None else t0 + worst[1] * an.WINDOW_S,
+                "worst_minute_start_s": None if worst is None else worst[1] * an.WINDOW_S,
                 "switches": [asdict(s) for s in sw],
                 "max_switch_s": (
                     None if not sw else math.inf if None in delays else max(d or 0.0 for d in delays)
@@ -152,7 +152,7 @@ def write(report: dict[str, Any], meta: dict[str, Any], out: Path, title: str) -
         cw = csv.writer(f)
         cw.writerow(["window_start_s", *(f"{p}_mean_tpot_ms" for p in pols), "oracle_choice"])
         for wi in wins:
-            cw.writerow([report["t0"] + wi * an.WINDOW_S, *(minutes[p].get(str(wi), "") for p in pols),
+            cw.writerow([wi * an.WINDOW_S, *(minutes[p].get(str(wi), "") for p in pols),
                          report.get("oracle_choice", {}).get(str(wi), "")])  # fmt: skip
     md = markdown(report, title)
     (out / "results.md").write_text(md)
@@ -186,9 +186,9 @@ def plot(
         )
         if not xs:
             continue
-        end = min(t0 + (xs[-1] + 1) * an.WINDOW_S, float(report["t1"]))
+        end = min((xs[-1] + 1) * an.WINDOW_S, float(report["t1"]))
         ys = [m[str(w)] for w in xs]
-        ax.step([t0 + w * an.WINDOW_S for w in xs] + [end], [*ys, ys[-1]], where="post", label=p, **style)
+        ax.step([max(t0, w * an.WINDOW_S) for w in xs] + [end], [*ys, ys[-1]], where="post", label=p, **style)
     ax.set_ylabel("mean TPOT per minute (ms)")
     ax.legend(fontsize=8)
     if adaptive:
@@ -202,7 +202,7 @@ def plot(
     for w, c in report.get("oracle_choice", {}).items():
         if c == an.SPEC:
             ax2.axvspan(
-                t0 + int(w) * an.WINDOW_S, t0 + (int(w) + 1) * an.WINDOW_S, color="tab:green", alpha=0.12
+                max(t0, int(w) * an.WINDOW_S), (int(w) + 1) * an.WINDOW_S, color="tab:green", alpha=0.12
             )
     ax2.axhline(0.5, color="grey", lw=0.8)
     ax2.set_ylabel("adaptive: share routed to spec\n(green: spec better that minute)")

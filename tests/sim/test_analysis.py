@@ -28,9 +28,18 @@ def test_oracle_takes_the_better_static_per_minute() -> None:
     ms, mb = an.window_tpot(SPEC, 0.0), an.window_tpot(BASE, 0.0)
     choice = an.oracle_choice(ms, mb)
     assert choice == {0: an.SPEC, 1: an.BASE, 2: an.SPEC}
-    pooled = an.oracle_records(SPEC, BASE, choice, 0.0)
+    pooled = an.oracle_records(SPEC, BASE, choice)
     assert len(pooled) == 180
     assert an.mean([r.tpot_s * 1e3 for r in pooled if r.tpot_s]) == pytest.approx((5 + 6 + 5) / 3)
+
+
+def test_windows_fall_on_the_run_clock_and_skip_the_warmup() -> None:
+    """With a 15-s warm-up the first window is [15, 60), so a phase change at 60 s starts a
+    window: the oracle and the time to switch are measured from the change itself."""
+    ms = an.window_tpot(SPEC, 15.0)
+    assert sorted(ms) == [0, 1, 2]
+    assert ms[1] == pytest.approx(8.0) and ms[2] == pytest.approx(5.0)
+    assert an.window_tpot([rec(10, "spec", 99)], 15.0) == {}
 
 
 def test_capture_share() -> None:
@@ -60,19 +69,19 @@ def test_worst_minute_and_switch_times() -> None:
     worst = an.worst_minute(ma, ms, mb)
     assert worst is not None and worst[1] == 1
     assert worst[0] == pytest.approx((20 * 8 + 40 * 6) / 60 / 6)
-    sw = an.switch_times(ad, ms, mb, 0.0, share_window_s=10.0)
+    sw = an.switch_times(ad, ms, mb, share_window_s=10.0)
     assert [(s.at_s, s.to) for s in sw] == [(60.0, "base"), (120.0, "spec")]
     # share of base in the trailing 10 s first exceeds half at t=85 (80..85 base: 6 of 10)
     assert sw[0].delay_s == pytest.approx(25.0)
     assert sw[1].delay_s == pytest.approx(10.0)  # (120, 130]: spec 125..130, 6 of 10
-    never = an.switch_times(every_s(0, 180, "spec", 5), ms, mb, 0.0)
+    never = an.switch_times(every_s(0, 180, "spec", 5), ms, mb)
     assert never[0].delay_s is None
 
 
 def test_undecided_minutes_are_no_switch() -> None:
     spec = {0: 5.0, 1: 6.05, 2: 5.0}
     base = {0: 6.0, 1: 6.0, 2: 6.0}  # minute 1 within the 2 % margin: no change of regime
-    assert an.switch_times([], spec, base, 0.0) == []
+    assert an.switch_times([], spec, base) == []
 
 
 def test_report_compares_adaptive_with_oracle_and_statics() -> None:

@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
+from gateway.bench import scenario_bench
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import Proc, emulated_pair_model, free_port, running_stack
+from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample
@@ -63,6 +64,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="comma-separated routing policies (also: temperature)",
     )
     p.add_argument("--qps", default="1,8,24,48", help="offered QPS points, emulated")
+    p.add_argument(
+        "--scenario",
+        default=None,
+        help="instead of the QPS sweep, run a named scenario of `specgate simulate --scenario list` "
+        "(time-varying load, mix and temperature) per policy and set it beside the simulator's run",
+    )
+    p.add_argument(
+        "--scenario-scale",
+        type=float,
+        default=1.0,
+        help="--scenario: phases last this many times as long (e.g. 0.25 for 60-s phases of 240)",
+    )
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
@@ -105,24 +118,6 @@ def window_s(args: argparse.Namespace, qps: float) -> float:
 
 def _auto_scale(qps: float, mean_tokens: float, budget: float) -> float:
     return round(max(1.0, qps * mean_tokens / max(budget, 1.0)), 2)
-
-
-def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> dict[str, Any]:
-    return {
-        "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
-        "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
-        "models": [
-            emulated_pair_model(
-                f"http://127.0.0.1:{spec_port}",
-                f"http://127.0.0.1:{base_port}",
-                name="qwen3-8b",
-                device="gpu0",
-                spec_extra={"prompt_lookup_min": 2, "prompt_lookup_max": 5},
-                timeouts={"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
-                routing={"policy": policy},
-            )
-        ],
-    }
 
 
 async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float, logdir: str) -> PointResult:
@@ -353,6 +348,12 @@ def main(args: argparse.Namespace) -> int:
             return 2
         _publish(args, meta, rows)
         return 0
+    if args.scenario:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        if not policies or any(p not in scenario_bench.POLICIES for p in policies):
+            print(f"error: --scenario runs {', '.join(scenario_bench.POLICIES)}", file=sys.stderr)
+            return 2
+        return scenario_bench.run(args, policies)
     try:
         policies, points, fixed_scale = _validate(args)
     except ValueError as exc:

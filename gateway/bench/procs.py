@@ -51,6 +51,26 @@ def emulated_pair_model(
     return {"name": name, "pairs": [pair], **extra}
 
 
+def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> dict[str, Any]:
+    """The benchmark gateway's config: one emulated pair (n-gram 2..5, as ``emulate --pair``
+    declares it), generous upstream timeouts, fast scrapes, routing ``policy``."""
+    return {
+        "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
+        "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
+        "models": [
+            emulated_pair_model(
+                f"http://127.0.0.1:{spec_port}",
+                f"http://127.0.0.1:{base_port}",
+                name="qwen3-8b",
+                device="gpu0",
+                spec_extra={"prompt_lookup_min": 2, "prompt_lookup_max": 5},
+                timeouts={"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
+                routing={"policy": policy},
+            )
+        ],
+    }
+
+
 async def start_serve(
     config_path: str | Path,
     *,

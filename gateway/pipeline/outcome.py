@@ -62,6 +62,7 @@ def build_outcome(
     *,
     probe: bool,
     lookup: tuple[float, float] | None = None,
+    predicted_tpot_s: float | None = None,
 ) -> Outcome:
     """The outcome of one answer; ``lookup`` is :func:`replay_lookup`'s result when computed."""
     n = answer.completion_tokens
@@ -90,5 +91,6 @@ def build_outcome(
         reported_mean_acceptance_length=answer.reported_mean_acceptance_length,
         probe=probe,
         steps=answer.steps,
+        predicted_tpot_s=predicted_tpot_s,
         extra=extra,
     )

@@ -90,7 +90,13 @@ def observe(
     try:
         answer = answer_of(result, started)
         if answer is not None:
-            outcome = build_outcome(features, answer, probe=decision.probe, lookup=lookup)
+            outcome = build_outcome(
+                features,
+                answer,
+                probe=decision.probe,
+                lookup=lookup,
+                predicted_tpot_s=decision.predicted_tpot_s,
+            )
             model.policy.observe(outcome, time.monotonic())
     except Exception:
         log.exception("learning from a response failed (request unaffected)")

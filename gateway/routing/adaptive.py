@@ -9,13 +9,18 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    engine's live windowed acceptance to what the router expected of the traffic it sent;
 2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
    step), the pair's whole load, and step times of both engines from the calibration
-   profile, scaled by the ratio of their measured per-token latency to the predicted one;
+   profile, scaled by the ratio of their measured step time to the predicted one;
 3. both engines on one device timeline (:mod:`gateway.routing.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
-   counts what each request costs the others (they share the batch and the device);
+   counts what each request costs the others (they share the batch and the device),
+   corrected by what was measured: each engine's recent requests' time per token
+   against what the model predicted for them (:mod:`gateway.routing.calibration`);
 4. the model's mode (:mod:`gateway.routing.modes`): *speculating* sends traffic to spec,
-   *fallback* to plain but for bounded probes; the mode flips only when the smoothed
-   speed-up crosses ``1 + margin`` by the hysteresis band, after a minimum dwell.
+   *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
+   beyond ``1 + margin ± hysteresis``, integrated over
+   time, pays for one drain (``switch_evidence`` × the mean request duration); after a
+   flip new requests still join the old engine until it idles, for at most one request
+   duration (the handover).
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
@@ -33,6 +38,7 @@ from gateway.routing.acceptance import (
     ngram_prior,
     prior_tokens_per_step,
 )
+from gateway.routing.calibration import LatencyBias
 from gateway.routing.config import RoutingConfig
 from gateway.routing.costmodel import RegimeCosts, regime_costs
 from gateway.routing.modes import ModeTracker, Prober
@@ -60,11 +66,11 @@ DEFAULT_K = 5
 # Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.
 LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
-_UNKNOWN_DECAY_S = 120.0  # with no live acceptance, the correction relaxes to 1 on this half-life
+_UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
 _SCALE_MAX = 20.0
-_MIX_WINDOW_S = 20.0  # traffic mix: requests of the last seconds...
-_MIX_MIN, _MIX_MAX = 16, 128  # ...at least / at most this many
+_MIX_WINDOW_S = 7.0  # traffic mix: requests of the last seconds...
+_MIX_MIN, _MIX_MAX = 8, 128  # ...at least / at most this many
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 
@@ -88,9 +94,7 @@ class AdaptivePolicy:
         self.learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
         # Per class, learned draft tokens per step (n-gram drafts only on a match).
         self.draft_learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
-        self.mode = ModeTracker(
-            self.cfg.margin, self.cfg.hysteresis, self.cfg.min_dwell_s, self.cfg.smoothing_s
-        )
+        self.mode = ModeTracker(self.cfg.margin, self.cfg.hysteresis, self.cfg.switch_evidence)
         self.prober = Prober(self.cfg.probe_share, self.cfg.probe_interval_s)
         self.recent: deque[dict[str, object]] = deque(maxlen=max(1, self.cfg.recent_decisions))
         self.reasons: Counter[str] = Counter()
@@ -108,6 +112,8 @@ class AdaptivePolicy:
         self._expected_q: float | None = None
         self.scale_spec = 1.0
         self.scale_base = 1.0
+        self.bias = LatencyBias()  # measured ÷ modelled time per token, per engine
+        self._now = 0.0
         self._expected_al: float | None = None  # expected AL over drafted steps of spec traffic
         self._expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
         self._last_live = -math.inf
@@ -129,6 +135,7 @@ class AdaptivePolicy:
         self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
+        self._now = now
         self._refresh_live(pair, now)
 
         kind = features.kind if features.kind in KINDS else "chat"
@@ -144,7 +151,7 @@ class AdaptivePolicy:
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
-        speculating = self.mode.update(speedup, now)
+        speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s)
         no_data = spec.stale and evidence == 0.0 and not self.live_measured
         threshold = 1.0 + self.cfg.margin
 
@@ -168,10 +175,20 @@ class AdaptivePolicy:
             elif speedup > threshold:
                 reason = "below_break_even"  # held in fallback by the hysteresis band / dwell
             else:
-                reason = "high_load" if self._regime(1.0).speedup > threshold else "low_acceptance"
+                # what holds it here: load (unloaded, spec would be faster), or acceptance
+                reason = "high_load" if self._regime(1.0).speedup > 1.0 else "low_acceptance"
         if route is Route.SPEC:
             self._track_expected(blended, p_draft, q)
-        own = costs.base_ms / (costs.spec_ms / self._inv_e_mix() / e) if costs.spec_ms > 0 else 1.0
+        own_spec_ms = costs.spec_ms / self._inv_e_mix() / e
+        own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
+        # What the model alone predicts for this request on its engine, for the bias to learn
+        # from; only when the request will have the device to its engine (no probe, the
+        # other engine idle).
+        other = base if route is Route.SPEC else spec
+        predicted: float | None = None
+        if not probe and other.inflight == 0:
+            ms = own_spec_ms if route is Route.SPEC else costs.base_ms
+            predicted = ms / self.bias.factor(route, now) / 1000.0
         d = decide_route(
             pair,
             route,
@@ -179,6 +196,7 @@ class AdaptivePolicy:
             predicted_speedup=round(own, 4),
             predicted_acceptance=round(e, 4),
             probe=probe,
+            predicted_tpot_s=predicted,
         )
         return self._record(features, d, now, e)
 
@@ -265,8 +283,8 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.scale_spec,
-            scale_base=self.scale_base,
+            scale_spec=self.scale_spec * self.bias.factor(Route.SPEC, self._now),
+            scale_base=self.scale_base * self.bias.factor(Route.BASE, self._now),
             margin=self.cfg.margin,
             method=self.method,
             k=self.k,
@@ -370,6 +388,10 @@ class AdaptivePolicy:
     def observe(self, outcome: Outcome, now: float) -> None:
         if not outcome.ok:
             return
+        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and not outcome.probe:
+            self.bias.observe(
+                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, outcome.completion_tokens, now
+            )
         if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
             dur = outcome.ttft_s + outcome.tpot_s * max(0, outcome.completion_tokens - 1)
             self._duration_s += 0.05 * (dur - self._duration_s)
@@ -416,7 +438,8 @@ class AdaptivePolicy:
             "modes": {
                 MODE_KEY: {
                     "mode": "speculating" if m.speculating else "fallback",
-                    "smoothed_speedup": None if m.smoothed is None else round(m.smoothed, 4),
+                    "predicted_speedup": None if m.last is None else round(m.last, 4),
+                    "evidence_against": round(m.against, 4),
                     "flips": m.flips,
                 }
             },
@@ -427,6 +450,7 @@ class AdaptivePolicy:
             "live_acceptance_ratio": round(self.live_ratio, 4),
             "live_draft_ratio": round(self.q_ratio, 4),
             "step_scale": {"spec": round(self.scale_spec, 4), "base": round(self.scale_base, 4)},
+            "measured_vs_model": self.bias.snapshot(now),
             "learned": self.learner.snapshot(now),
             "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,
             "probes": p.probes,

@@ -28,27 +28,28 @@ class RoutingConfig(BaseModel):
     )
     context_tokens: int = Field(1024, ge=1, le=1_000_000, description="context length the profile is read at")
     margin: float = Field(
-        0.05, ge=0.0, le=2.0, description="speculate only when the predicted speed-up exceeds 1 + margin"
+        0.1,
+        ge=0.0,
+        le=2.0,
+        description="speculate only when the predicted speed-up exceeds 1 + margin: a premium for "
+        "speculation's risk (its slowdown grows with load, plain's does not)",
     )
     hysteresis: float = Field(
-        0.1,
+        0.05,
         ge=0.0,
         le=1.0,
         description="band around 1 + margin: the model leaves speculation below 1 + margin - band "
         "and comes back above 1 + margin + band",
     )
-    min_dwell_s: float = Field(
-        30.0,
-        ge=0.0,
-        le=3600.0,
-        description="minimum time between mode flips (a flip leaves the old engine's requests running "
-        "beside the new one's, which slows both while they drain; it must pay for that)",
-    )
-    smoothing_s: float = Field(
-        10.0,
+    switch_evidence: float = Field(
+        0.2,
         gt=0.0,
-        le=600.0,
-        description="time constant of the smoothed predicted speed-up that drives the mode",
+        le=100.0,
+        description="evidence a mode flip needs: the predicted speed-up's excess beyond the band, "
+        "integrated over time, must reach this many speed-up x mean request durations (with 2-s "
+        "requests, 0.2 is 0.04 beyond the band for 10 s or 0.4 beyond it for 1 s). A flip leaves the "
+        "old engine's requests running beside the new one's, which slows both for about one request "
+        "duration; decisive changes flip in seconds, a prediction hovering near break-even never does",
     )
     probe_share: float = Field(
         0.01, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"

@@ -1,13 +1,19 @@
-"""Break-even fallback with hysteresis, and bounded probing, per request class.
+"""Regime switching on accumulated evidence, and bounded probing.
 
-A class (request kind × temperature bucket) is either *speculating* (each request goes
-where its own prediction says) or in *fallback* (everything goes to the plain engine but
-for probes). The mode follows a time-smoothed predicted speed-up of the class and flips
-only when it crosses ``1 + margin`` by more than ``band``, and no sooner than ``dwell_s``
-after the last flip, so noise in the scraped metrics does not make it flap.
+A model is either *speculating* (its traffic goes to the spec engine) or in *fallback*
+(to the plain engine, but for probes). The mode flips when the evidence against it,
+integrated over time, exceeds ``evidence``: while speculating, the integral of how far
+the predicted speed-up sits below ``1 + margin - band``; in fallback, of how far it sits
+above ``1 + margin + band`` (a one-sided CUSUM in continuous time; it decays back to zero
+while the prediction is on the mode's side). One mechanism gives both behaviours a
+router needs: a decisive change (copy-heavy edits giving way to open chat, predicted
+speed-up 1.8 → 0.9) flips within seconds, while a prediction that hovers near the
+break-even point, where the model's own error is as large as the difference, never
+accumulates enough to flip, so noise does not make the pair flap. Each flip costs a drain
+(both engines step while the old one empties), which is what ``evidence`` buys.
 
-While in fallback, the spec engine sees none of the class's traffic, so nothing measures
-whether acceptance recovered. :class:`Prober` sends a bounded share of eligible requests
+While in fallback, the spec engine sees none of the traffic, so nothing measures whether
+acceptance recovered. :class:`Prober` sends a bounded share of eligible requests
 (deterministically every ⌈1/share⌉-th) and at least one per ``interval_s`` to spec.
 """
 
@@ -21,41 +27,43 @@ from dataclasses import dataclass
 class ModeTracker:
     margin: float
     band: float
-    dwell_s: float
-    smoothing_s: float
+    evidence: float  # speed-up × seconds beyond the band needed to flip (default of update)
     speculating: bool = True
-    smoothed: float | None = None
+    last: float | None = None  # the latest predicted speed-up
     last_update: float = 0.0
     last_flip: float = -math.inf
     flips: int = 0
-
-    def update(self, speedup: float, now: float) -> bool:
-        """Feed one predicted speed-up; returns whether the class is speculating."""
-        if self.smoothed is None:
-            self.smoothed = speedup
-            self.speculating = speedup > 1.0  # no history: the predicted-faster regime
-            self.last_update = now
-            return self.speculating
-        a = 1.0 - math.exp(-max(0.0, now - self.last_update) / self.smoothing_s)
-        a = max(a, 0.05)  # bursts of requests at one instant still move the average
-        self.smoothed += a * (speedup - self.smoothed)
-        self.last_update = now
-        if now - self.last_flip >= self.dwell_s:
-            if self.speculating and self.smoothed < 1.0 + self.margin - self.band:
-                self._flip(False, now)
-            elif not self.speculating and self.smoothed > 1.0 + self.margin + self.band:
-                self._flip(True, now)
-        return self.speculating
-
-    def _flip(self, speculating: bool, now: float) -> None:
-        self.speculating = speculating
-        self.last_flip = now
-        self.flips += 1
+    against: float = 0.0  # accumulated evidence against the current mode
 
     @property
-    def spec_threshold(self) -> float:
-        """Per-request threshold while speculating (the lower edge of the band: sticky)."""
+    def lower(self) -> float:
+        """Speculating flips to fallback below this predicted speed-up."""
         return 1.0 + self.margin - self.band
+
+    @property
+    def upper(self) -> float:
+        """Fallback flips back to speculating above this."""
+        return 1.0 + self.margin + self.band
+
+    def update(self, speedup: float, now: float, evidence: float | None = None) -> bool:
+        """Feed one predicted speed-up; returns whether the model is speculating.
+        ``evidence`` overrides the flip threshold for this update."""
+        if self.last is None:
+            self.last = speedup
+            self.speculating = speedup > 1.0 + self.margin  # no history: the predicted regime
+            self.last_update = now
+            return self.speculating
+        # The previous prediction held since the last update: integrate its excess.
+        dt = max(0.0, now - self.last_update)
+        excess = self.lower - self.last if self.speculating else self.last - self.upper
+        self.against = max(0.0, self.against + excess * dt)
+        self.last, self.last_update = speedup, now
+        if self.against >= (self.evidence if evidence is None else evidence):
+            self.speculating = not self.speculating
+            self.last_flip = now
+            self.flips += 1
+            self.against = 0.0
+        return self.speculating
 
 
 @dataclass

@@ -83,8 +83,10 @@ def decide_route(
     predicted_speedup: float | None = None,
     predicted_acceptance: float | None = None,
     probe: bool = False,
+    predicted_tpot_s: float | None = None,
 ) -> Decision:
-    """Build a policy decision for ``route`` on ``pair`` (retryable on the sibling)."""
+    """Build a policy decision for ``route`` on ``pair`` (retryable on the sibling);
+    ``predicted_tpot_s`` is kept only when the request really goes to ``route``."""
     d = _decide(pair, route, reason, movable=True)
     return Decision(
         route=d.route,
@@ -94,4 +96,5 @@ def decide_route(
         predicted_speedup=predicted_speedup,
         predicted_acceptance=predicted_acceptance,
         probe=probe,
+        predicted_tpot_s=predicted_tpot_s if d.route is route else None,
     )

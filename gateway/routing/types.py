@@ -118,6 +118,11 @@ class Decision:
     predicted_speedup: float | None = None  # spec time-per-token advantage; >1 favours spec
     predicted_acceptance: float | None = None
     probe: bool = False
+    # The policy's model of this request's time per output token on the chosen engine, before
+    # any correction by measured latency; None when the request is not a clean measurement
+    # of that engine (a probe, or the other engine of the pair was busy). Returned in the
+    # Outcome so that the policy learns how far its model is from what it measured.
+    predicted_tpot_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,7 @@ class Outcome:
     probe: bool = False
     # Engine emissions (stream deltas) that carried tokens; None when unknown (e.g. non-stream).
     steps: int | None = None
+    predicted_tpot_s: float | None = None  # the Decision's, handed back
     extra: dict[str, float] = field(default_factory=dict)
 
 

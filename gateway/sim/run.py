@@ -12,7 +12,7 @@ from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, repl
 from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import build_policy
-from gateway.routing.types import ModelView, PairView, Route
+from gateway.routing.types import Decision, ModelView, PairView, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
@@ -175,7 +175,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
         Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),
     }
-    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, ParsedRequest]] = {}
+    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, ParsedRequest, Decision]] = {}
     records: list[RequestRecord] = []
 
     lookup_settings = LookupSettings.of(spec_cfg.k, lk_min, lk_max)
@@ -195,7 +195,12 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             finish(*entry, ev.time)
 
     def finish(
-        rec: RequestRecord, req: EngineRequest, route: Route, parsed: ParsedRequest, now: float
+        rec: RequestRecord,
+        req: EngineRequest,
+        route: Route,
+        parsed: ParsedRequest,
+        d: Decision,
+        now: float,
     ) -> None:
         n = len(req.output)
         rec.output_tokens = n
@@ -222,7 +227,10 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             steps=rec.steps,
         )
         lookup = replay_lookup(parsed.prompt_text, "".join(req.output), lookup_settings)
-        policy.observe(build_outcome(parsed.features, answer, probe=rec.probe, lookup=lookup), now)
+        outcome = build_outcome(
+            parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
+        )
+        policy.observe(outcome, now)
 
     def route_one(t: float, wr: WorkloadRequest) -> None:
         parsed = parse_workload(wr)
@@ -238,7 +246,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         req = eng.make_request(
             wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed
         )
-        by_req[id(req)] = (rec, req, d.route, parsed)
+        by_req[id(req)] = (rec, req, d.route, parsed, d)
         mon.inflight += 1
         on_events(device.submit(eng, req, t))
 

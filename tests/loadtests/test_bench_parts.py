@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.bench import cli_bench
+from gateway.bench import cli_bench, scenario_bench
 from gateway.bench.loadgen import run_point
 from gateway.bench.report import markdown_table, write_all
 
@@ -160,3 +160,56 @@ def test_from_json_republishes_without_running(tmp_path: Path) -> None:
     assert (out / "results.csv").exists()
     bad = p.parse_args(["--from-json", str(tmp_path / "missing.json")])
     assert cli_bench.main(bad) == 2
+
+
+async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> None:
+    """The scenario bench sends the simulator's very requests (seeded, at their arrival times)
+    and records them on the scenario clock."""
+    from gateway.sim.scenarios import Phase, scenario_requests
+
+    work = scenario_requests(
+        (Phase(0.3, 40.0, 40.0, "edit=1", "0.5"),), seed=2, mix=None, temperature="0", max_tokens_cap=16
+    )
+    assert len(work) >= 3
+    app = _fake_engine(tokens=6)
+    async with TestServer(app) as server:
+        recs = await scenario_bench._send_all(str(server.make_url("/v1/chat/completions")), work, 1.0, 5.0)
+    assert [r.arrival for r in recs] == [t for t, _ in work]
+    assert all(r.route == "spec" and r.output_tokens == 6 and r.finished_at is not None for r in recs)
+    assert all(r.tpot_s is not None and r.ttft_s is not None and r.finished_at > r.arrival for r in recs)
+    assert [b["seed"] for b in app[SEEN]] == [wr.seed for _, wr in work]
+    assert all(b["temperature"] == 0.5 for b in app[SEEN])
+
+
+def test_scenario_comparison_is_bench_over_simulator() -> None:
+    def report(tpot: float, vs: float) -> dict[str, object]:
+        rows = [
+            {"policy": p, "mean_tpot_ms": tpot * f, "p99_tpot_ms": 2 * tpot * f, "mean_ttft_ms": 10.0}
+            for p, f in (("adaptive", 1.0), ("always-spec", 1.1), ("oracle", 0.9))
+        ]
+        return {"rows": rows, "adaptive": {"vs_best_static": vs, "vs_oracle": vs + 0.1}}
+
+    cmp = scenario_bench.compare(report(5.25, 0.95), report(5.0, 0.97), ["adaptive", "always-spec"])
+    assert cmp["adaptive"]["mean_tpot_ms"] == pytest.approx(1.05)
+    assert cmp["always-spec"]["p99_tpot_ms"] == pytest.approx(1.05)
+    assert cmp["oracle"]["mean_ttft_ms"] == pytest.approx(1.0)
+    assert cmp["adaptive ÷ best static"] == {"bench": 0.95, "sim": 0.97}
+    assert "adaptive | 1.050 | 1.050 | 1.000" in scenario_bench._comparison_md(cmp)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--scenario", "nope"],
+        ["--scenario", "mix-shift", "--time-scale", "2"],
+        ["--scenario", "mix-shift", "--policies", "temperature"],
+        ["--scenario", "mix-shift", "--scenario-scale", "0"],
+    ],
+)
+def test_bad_scenario_arguments_are_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    p = argparse.ArgumentParser()
+    cli_bench.configure(p)
+    assert cli_bench.main(p.parse_args([*argv, "--out", str(tmp_path)])) == 2
+    assert "error:" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Step-time prior, regime cost model, hysteresis and probing (the decision core's parts)."""
+"""Step-time prior, regime cost model, evidence-driven mode flips and probing (the decision core's parts)."""
 
 from __future__ import annotations
 
@@ -61,22 +61,43 @@ def test_regime_costs_design_numbers() -> None:
     assert heavy.speedup < 1.0
 
 
-def test_mode_tracker_hysteresis_and_dwell() -> None:
-    m = ModeTracker(margin=0.05, band=0.1, dwell_s=10.0, smoothing_s=1.0)
+def _flip_time(m: ModeTracker, speedup: float, t0: float, dt: float = 0.1) -> float:
+    """Feed ``speedup`` every ``dt`` seconds from ``t0`` until the mode flips; the flip time."""
+    start, t = m.speculating, t0
+    while m.speculating == start:
+        t += dt
+        m.update(speedup, t)
+        assert t - t0 < 1000, "never flipped"
+    return t - t0
+
+
+def test_mode_flips_on_evidence_fast_when_decisive_slow_near_break_even() -> None:
+    # band 0.05 around 1.05: leaves speculation below 1.0, comes back above 1.1
+    m = ModeTracker(margin=0.05, band=0.05, evidence=0.5)
     assert m.update(2.0, 0.0)  # starts where the first prediction says
-    assert m.update(1.0, 5.0)  # within the band: stays
-    t = 5.0
-    while m.speculating:
-        t += 0.5
-        m.update(0.5, t)
-    assert m.flips == 1
-    flipped_at = t
-    m.update(3.0, t + 1.0)
-    assert not m.speculating  # dwell: no flip back within 10 s
-    while not m.speculating:
-        t += 0.5
-        m.update(3.0, t)
-    assert t - flipped_at >= 10.0 and m.flips == 2
+    for i in range(1, 600):  # ten minutes inside the band: never flips
+        m.update(1.0 + 0.09 * ((i % 7) / 6), i)
+    assert m.speculating and m.flips == 0 and m.against == 0.0
+    decisive = _flip_time(m, 0.5, 600.0)  # 0.5 below the band edge: 1 s of evidence
+    assert not m.speculating and decisive == pytest.approx(1.0, abs=0.15)
+    slow = _flip_time(m, 1.15, 700.0)  # 0.05 above the upper edge: 10 s
+    assert m.speculating and slow == pytest.approx(10.0, abs=0.15) and m.flips == 2
+
+
+def test_mode_evidence_decays_while_the_prediction_is_back_on_its_side() -> None:
+    m = ModeTracker(margin=0.05, band=0.05, evidence=0.5)
+    m.update(2.0, 0.0)
+    m.update(0.8, 1.0)
+    m.update(0.8, 2.0)  # 1 s at 0.2 below: 0.2 of the 0.5 needed
+    assert m.against == pytest.approx(0.2)
+    m.update(1.5, 3.0)  # one more second at 0.8, then back above the band
+    m.update(1.5, 4.0)  # a second at 1.5: 0.5 back
+    assert m.speculating and m.against == 0.0
+    # a threshold given per update (the policy scales it by the mean request duration)
+    m.update(0.0, 5.0)
+    assert m.update(0.0, 5.25, evidence=0.6)  # 0.25 s × 1.0 below the edge: not yet
+    assert not m.update(0.0, 5.5, evidence=0.4)  # 0.5 of evidence ≥ 0.4: flipped
+    assert m.flips == 1 and m.against == 0.0
 
 
 def test_prober_share_and_interval() -> None:

@@ -1,0 +1,234 @@
+"""``specgate bench --scenario NAME``: a named scenario through real sockets, beside the simulator.
+
+For each policy: a fresh emulated pair (``specgate emulate --pair``) and a fresh gateway
+(``specgate serve``) with that policy; the scenario's arrivals and requests, the very ones
+``specgate simulate --scenario`` draws for the same seed, are sent at their times as
+streaming chat requests; the records the client measured feed the same scenario report
+(oracle of the statics per minute, capture, worst minute, time to switch). The simulator
+then runs the same scenario with the same engines' settings, and the report sets the two
+side by side: real sockets confirm the simulated result when the two agree.
+
+The gateway's routing runs on the wall clock, so the emulator must run in real time
+(``--time-scale 1``); ``--scenario-scale`` shortens the scenario instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from gateway.bench.loadgen import stream_chat
+from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
+from gateway.bench.stats import RequestRecord
+from gateway.sim import analysis as an
+from gateway.sim import scenario_report
+from gateway.sim.run import SimConfig, simulate
+from gateway.sim.scenarios import Scenario, get_scenario, scenario_requests
+from gateway.workload import WorkloadRequest, to_openai_body
+
+MODEL = "qwen3-8b"
+POLICIES = ("adaptive", "always-spec", "always-base")
+LOOKUP = (2, 5)  # the emulated pair's n-gram sizes (specgate emulate --pair)
+
+
+@dataclass(frozen=True, slots=True)
+class SocketRecord:
+    """One request as the client saw it, in the scenario's clock (emulated seconds)."""
+
+    arrival: float
+    route: str
+    output_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None
+    finished_at: float | None
+
+
+def to_record(arrival: float, r: RequestRecord) -> SocketRecord:
+    done = r.ok and r.e2e is not None
+    return SocketRecord(
+        arrival=arrival,
+        route=r.route,
+        output_tokens=r.output_tokens,
+        ttft_s=r.ttft if done else None,
+        tpot_s=r.tpot if done else None,
+        finished_at=arrival + r.e2e if done and r.e2e is not None else None,
+    )
+
+
+def workload(args: argparse.Namespace, sc: Scenario) -> list[tuple[float, WorkloadRequest]]:
+    return scenario_requests(
+        sc.phases, seed=args.seed, mix=None, temperature=args.temperature, max_tokens_cap=args.max_tokens_cap
+    )
+
+
+def sim_config(args: argparse.Namespace, sc: Scenario, policy: str) -> SimConfig:
+    """The simulator's run of the same scenario, requests and engine settings."""
+    return SimConfig(
+        qps=sc.phases[0].start_qps,
+        policy=policy,
+        duration_s=sc.duration_s,
+        seed=args.seed,
+        temperature=args.temperature,
+        profile=args.profile,
+        prompt_lookup_min=LOOKUP[0],
+        prompt_lookup_max=LOOKUP[1],
+        max_tokens_cap=args.max_tokens_cap,
+        phases=sc.phases,
+        warmup_s=args.warmup,
+    )
+
+
+async def _send_all(
+    url: str, work: list[tuple[float, WorkloadRequest]], scale: float, drain_s: float
+) -> list[SocketRecord]:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    conn = aiohttp.TCPConnector(limit=0)
+    sent: list[tuple[float, RequestRecord, asyncio.Task[None]]] = []
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+        t_origin = time.perf_counter()
+        for t, wr in work:
+            delay = t_origin + t * scale - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = RequestRecord(0.0, wr.kind, wr.subkind, wr.temperature, False)
+            extra = {"seed": wr.seed} if wr.seed is not None else None
+            body = to_openai_body(wr, MODEL, extra=extra)
+            task = asyncio.create_task(stream_chat(session, url, body, rec, t_origin, scale))
+            sent.append((t, rec, task))
+        tasks = [task for _, _, task in sent]
+        _, still = await asyncio.wait(tasks, timeout=drain_s * scale) if tasks else (set(), set())
+        for task in still:
+            task.cancel()
+        for task in still:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return [to_record(t, rec) for t, rec, _ in sent]
+
+
+async def _run_policy(
+    args: argparse.Namespace, policy: str, work: list[tuple[float, WorkloadRequest]], logdir: str
+) -> list[SocketRecord]:
+    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
+    scale = 1.0  # real time: the gateway's routing keeps wall-clock time
+    emu = Proc(
+        "emulator",
+        ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
+         "--time-scale", str(scale), "--profile", args.profile,
+         "--max-num-seqs", str(args.max_num_seqs), "--seed", str(args.seed)],
+        os.path.join(logdir, f"{policy}-emulator.log"),
+    )  # fmt: skip
+    cfg_path = os.path.join(logdir, f"{policy}-gateway.yaml")
+    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
+    gw = Proc(
+        "gateway",
+        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+        os.path.join(logdir, f"{policy}-gateway.log"),
+    )
+    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
+        await asyncio.sleep(1.5)  # a couple of scrapes, so that the policy sees both engines
+        return await _send_all(gw_url + "/v1/chat/completions", work, scale, args.drain)
+
+
+def compare(
+    bench: dict[str, Any], sim: dict[str, Any], policies: list[str]
+) -> dict[str, dict[str, float | None]]:
+    """Per policy, bench ÷ simulator of mean and p99 TPOT, and of adaptive's headline ratios."""
+    b_rows = {r["policy"]: r for r in bench["rows"]}
+    s_rows = {r["policy"]: r for r in sim["rows"]}
+    out: dict[str, dict[str, float | None]] = {}
+    for p in [*policies, scenario_report.ORACLE]:
+        if p in b_rows and p in s_rows:
+            out[p] = {
+                k: (b_rows[p][k] / s_rows[p][k] if s_rows[p][k] else None)
+                for k in ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms")
+            }
+    if "adaptive" in bench and "adaptive" in sim:
+        out["adaptive ÷ best static"] = {
+            "bench": bench["adaptive"]["vs_best_static"],
+            "sim": sim["adaptive"]["vs_best_static"],
+        }
+        out["adaptive ÷ oracle"] = {
+            "bench": bench["adaptive"]["vs_oracle"],
+            "sim": sim["adaptive"]["vs_oracle"],
+        }
+    return out
+
+
+def _comparison_md(cmp: dict[str, dict[str, float | None]]) -> str:
+    lines = ["| policy | bench ÷ sim: TPOT mean | TPOT p99 | TTFT mean |", "|---|---|---|---|"]
+    keys = ("mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms")
+    for p, v in cmp.items():
+        if "mean_tpot_ms" in v:
+            cells = [f"{v[k]:.3f}" if v[k] is not None else "–" for k in keys]
+            lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    for p in ("adaptive ÷ best static", "adaptive ÷ oracle"):
+        b, s = cmp.get(p, {}).get("bench"), cmp.get(p, {}).get("sim")
+        if b is not None and s is not None:
+            lines.append(f"\n{p}: bench {b:.3f}, simulator {s:.3f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, policies: list[str]) -> int:
+    try:
+        sc = get_scenario(args.scenario).scaled(args.scenario_scale)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.time_scale not in ("auto", "1", "1.0"):
+        print("error: a scenario runs the emulator in real time (--time-scale 1): the gateway's "
+              "routing keeps wall-clock time; shorten it with --scenario-scale", file=sys.stderr)  # fmt: skip
+        return 2
+    out = Path(args.out)
+    logdir = out / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    work = workload(args, sc)
+    t_start = time.monotonic()
+    recs: dict[str, list[SocketRecord]] = {}
+    for p in policies:
+        t0 = time.monotonic()
+        recs[p] = asyncio.run(_run_policy(args, p, work, str(logdir)))
+        ok = sum(1 for r in recs[p] if r.finished_at is not None)
+        print(f"{p:>12}: {ok}/{len(work)} requests finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
+    slo = an.Slo(tpot_ms=args.tpot_slo_ms, ttft_ms=args.ttft_slo_ms)
+    t0 = min(args.warmup, sc.duration_s)
+    bench = scenario_report.build(recs, t0=t0, t1=sc.duration_s, slo=slo)
+    sims = {p: simulate(sim_config(args, sc, p)).records for p in policies}
+    sim = scenario_report.build(sims, t0=t0, t1=sc.duration_s, slo=slo)
+    cmp = compare(bench, sim, policies)
+    meta: dict[str, Any] = {
+        "command": "specgate " + " ".join(sys.argv[1:]),
+        "scenario": sc.name,
+        "description": sc.description,
+        "seed": args.seed,
+        "temperature": args.temperature,
+        "max_tokens_cap": args.max_tokens_cap,
+        "prompt_lookup": list(LOOKUP),
+        "requests": len(work),
+        "warmup_s": t0,
+        "wall_s": round(time.monotonic() - t_start, 1),
+        "vs_simulator": cmp,
+    }
+    title = f"bench (real sockets) {sc.name}: {sc.description} (seed {args.seed})"
+    md = scenario_report.write(bench, meta, out, title)
+    scenario_report.plot(bench, recs.get("adaptive"), sc.phases, out / "results.png", title)
+    head = "### Real sockets ÷ simulator (same scenario, requests and engine settings)\n\n"
+    cmp_md = head + _comparison_md(cmp)
+    with open(out / "results.md", "a", encoding="utf-8") as fh:
+        fh.write("\n" + cmp_md + "\n")
+    (out / "simulator.json").write_text(json.dumps(sim, indent=1, default=str), encoding="utf-8")
+    print(md)
+    print(cmp_md)
+    print(f"wrote {out}/results.{{json,md,png}}, simulator.json in {meta['wall_s']} s")
+    return 0

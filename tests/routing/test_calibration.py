@@ -1,0 +1,44 @@
+"""Measured ÷ modelled latency per engine: shrunk toward the model, set by a steady stream,
+forgotten once an engine serves nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.routing.calibration import LatencyBias
+from gateway.routing.types import Route
+
+
+def test_a_steady_stream_sets_the_bias_and_a_few_requests_barely_move_it() -> None:
+    b = LatencyBias(tau_s=30.0, prior_weight=10.0)
+    assert b.factor(Route.SPEC, 0.0) == 1.0
+    for i in range(2):
+        assert b.observe(Route.SPEC, 0.012, 0.010, 100, float(i))
+    few = b.factor(Route.SPEC, 2.0)
+    assert 1.0 < few < 1.04  # two requests against ten pseudo-requests of the model
+    for i in range(300):  # ten per second for 30 s, all 20 % slower than modelled
+        b.observe(Route.SPEC, 0.012, 0.010, 100, 2.0 + i / 10)
+    assert b.factor(Route.SPEC, 32.0) == pytest.approx(1.2, rel=0.05)
+    assert b.factor(Route.BASE, 32.0) == 1.0  # engines are tracked apart
+
+
+def test_an_engine_that_serves_nothing_returns_to_the_model() -> None:
+    b = LatencyBias(tau_s=30.0, prior_weight=10.0)
+    for i in range(300):
+        b.observe(Route.BASE, 0.008, 0.010, 100, i / 10)
+    assert b.factor(Route.BASE, 30.0) == pytest.approx(0.8, rel=0.05)
+    later = b.factor(Route.BASE, 150.0)  # two minutes without a request
+    assert 0.8 < later < 0.97
+    assert b.factor(Route.BASE, 600.0) == pytest.approx(1.0, abs=0.005)
+
+
+def test_unusable_measurements_are_refused_and_outliers_clipped() -> None:
+    b = LatencyBias(prior_weight=0.0)
+    assert not b.observe(Route.SPEC, 0.01, 0.01, 5, 0.0)  # too short to time per token
+    assert not b.observe(Route.SPEC, 0.0, 0.01, 100, 0.0)
+    assert not b.observe(Route.SPEC, 0.01, -1.0, 100, 0.0)
+    assert b.observe(Route.SPEC, 10.0, 0.01, 100, 0.0)  # a 1000× outlier counts as e^1
+    assert b.log_bias(Route.SPEC, 0.0) == pytest.approx(1.0)
+    assert b.snapshot(0.0)["spec"] == {"factor": round(math.e, 4), "samples": 1}

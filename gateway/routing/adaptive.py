@@ -41,11 +41,12 @@ from gateway.routing.acceptance import (
 from gateway.routing.calibration import LatencyBias
 from gateway.routing.config import RoutingConfig
 from gateway.routing.costmodel import RegimeCosts, regime_costs
+from gateway.routing.live import LiveCorrections, engine_load
 from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.steptime import StepModel, get_step_model
-from gateway.routing.types import Decision, EngineView, ModelView, Outcome, PairView, RequestFeatures, Route
+from gateway.routing.types import Decision, ModelView, Outcome, PairView, RequestFeatures, Route
 
 REASONS: tuple[str, ...] = (
     "refused_params",
@@ -67,22 +68,8 @@ DEFAULT_K = 5
 LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
-_SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
-_SCALE_MAX = 20.0
-_MIX_WINDOW_S = 7.0  # traffic mix: requests of the last seconds...
-_MIX_MIN, _MIX_MAX = 8, 128  # ...at least / at most this many
+_MIX_MAX = 128  # the traffic mix keeps at most this many recent requests
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
-_FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
-
-
-def _load(e: EngineView) -> float:
-    scraped = (e.running or 0.0) + (e.waiting or 0.0)
-    return max(float(e.inflight), scraped)
-
-
-def _toward(old: float, new: float, dt: float, half_life: float) -> float:
-    a = 1.0 - 0.5 ** (max(0.0, dt) / half_life) if half_life > 0 else 1.0
-    return old + a * (new - old)
 
 
 class AdaptivePolicy:
@@ -105,24 +92,16 @@ class AdaptivePolicy:
         self._mix_q_sum = 0.0  # running sum of the mix's verified tokens/step
         self._mix_version = 0
         self._inv_cache: tuple[int, float, float] | None = None  # (version, live ratio, mean 1/E)
-        # Live corrections (multiplicative, 1 = the model is right).
-        self.live_ratio = 1.0
-        self.live_measured = False
-        self.q_ratio = 1.0  # live drafted tokens per step ÷ expected (n-gram drafts only on a match)
-        self._expected_q: float | None = None
-        self.scale_spec = 1.0
-        self.scale_base = 1.0
+        self.live = LiveCorrections(
+            half_life_s=self.cfg.live_half_life_s,
+            unknown_half_life_s=_UNKNOWN_DECAY_S,
+            fit_step_times=self.cfg.fit_step_times,
+        )
         self.bias = LatencyBias()  # measured ÷ modelled time per token, per engine
         self._now = 0.0
-        self._expected_al: float | None = None  # expected AL over drafted steps of spec traffic
-        self._expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
-        self._last_live = -math.inf
         self._last_costs: RegimeCosts | None = None
-        self._last_view_key: tuple[object, ...] | None = None
-        # (time, spec load, base load, predicted spec step, predicted base step), last window.
         self._routing: Route | None = None  # where the mode's traffic goes (lags a flip: _handover)
         self._duration_s = 2.0  # mean request duration (how long a handover may wait)
-        self._pred_hist: deque[tuple[float, float, float, float, float]] = deque(maxlen=4096)
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -136,7 +115,7 @@ class AdaptivePolicy:
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
         self._now = now
-        self._refresh_live(pair, now)
+        self.live.refresh(pair, now, self.steps, self._q_mix(), self.method, self.k)
 
         kind = features.kind if features.kind in KINDS else "chat"
         prior_e, p_draft = self._prior(features)
@@ -147,12 +126,12 @@ class AdaptivePolicy:
         else:
             q = float(self.k + 1)
         self._mix_add(now, blended, q)
-        load = _load(spec) + _load(base) + 1.0
+        load = engine_load(spec) + engine_load(base) + 1.0
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
         speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s)
-        no_data = spec.stale and evidence == 0.0 and not self.live_measured
+        no_data = spec.stale and evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.cfg.margin
 
         probe = False
@@ -178,7 +157,7 @@ class AdaptivePolicy:
                 # what holds it here: load (unloaded, spec would be faster), or acceptance
                 reason = "high_load" if self._regime(1.0).speedup > 1.0 else "low_acceptance"
         if route is Route.SPEC:
-            self._track_expected(blended, p_draft, q)
+            self.live.track_expected(blended, p_draft, q)
         own_spec_ms = costs.spec_ms / self._inv_e_mix() / e
         own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
         # What the model alone predicts for this request on its engine, for the bias to learn
@@ -229,18 +208,18 @@ class AdaptivePolicy:
         Without that, a probe could not change any decision and only costs: while it runs,
         the spec engine's steps slow every request on the device.
         """
-        if self.live_ratio >= 0.95:
+        if self.live.ratio >= 0.95:
             return False  # acceptance is not what holds the model in fallback: nothing to recover
-        saved = self.live_ratio
-        self.live_ratio = 1.0
+        saved = self.live.ratio
+        self.live.ratio = 1.0
         try:
             s = self._regime(load).speedup
         finally:
-            self.live_ratio = saved
+            self.live.ratio = saved
         return s > 1.0 + self.cfg.margin + self.cfg.hysteresis
 
     def _corrected(self, blended: float) -> float:
-        return 1.0 + (blended - 1.0) * self.live_ratio
+        return 1.0 + (blended - 1.0) * self.live.ratio
 
     def _prior(self, f: RequestFeatures) -> tuple[float, float]:
         override = self.cfg.prior_tokens_per_step.get(self.method)
@@ -255,7 +234,8 @@ class AdaptivePolicy:
         mix = self._mix
         mix.append((now, blended, q))
         self._mix_q_sum += q
-        while len(mix) > _MIX_MAX or (len(mix) > _MIX_MIN and mix[0][0] < now - _MIX_WINDOW_S):
+        lo, span = self.cfg.mix_min_requests, self.cfg.mix_window_s
+        while len(mix) > _MIX_MAX or (len(mix) > lo and mix[0][0] < now - span):
             self._mix_q_sum -= mix.popleft()[2]
         self._mix_version += 1
 
@@ -264,9 +244,9 @@ class AdaptivePolicy:
         if not self._mix:
             return 1.0
         c = self._inv_cache
-        if c is not None and c[0] == self._mix_version and c[1] == self.live_ratio:
+        if c is not None and c[0] == self._mix_version and c[1] == self.live.ratio:
             return c[2]
-        r = self.live_ratio
+        r = self.live.ratio
         inv = sum(1.0 / (1.0 + (b - 1.0) * r) for _, b, _ in self._mix) / len(self._mix)
         self._inv_cache = (self._mix_version, r, inv)
         return inv
@@ -275,7 +255,7 @@ class AdaptivePolicy:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
         mix = self._mix
         q = self._mix_q_sum / len(mix) if mix else float(self.k + 1)
-        return 1.0 + (q - 1.0) * self.q_ratio
+        return 1.0 + (q - 1.0) * self.live.q_ratio
 
     def _regime(self, load: float) -> RegimeCosts:
         return regime_costs(
@@ -283,106 +263,12 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.scale_spec * self.bias.factor(Route.SPEC, self._now),
-            scale_base=self.scale_base * self.bias.factor(Route.BASE, self._now),
+            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self._now),
+            scale_base=self.live.scale_base * self.bias.factor(Route.BASE, self._now),
             margin=self.cfg.margin,
             method=self.method,
             k=self.k,
         )
-
-    def _track_expected(self, blended: float, p_draft: float, q: float) -> None:
-        """What the router expects the spec engine to measure of the traffic it sends.
-
-        The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
-        length, the *harmonic* mean of E. So the expectation is kept as a mean of 1/E.
-        """
-        al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
-        old_al, old_inv = self._expected_al, self._expected_inv
-        self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
-        inv = 1.0 / blended
-        self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
-        old_q = self._expected_q
-        self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
-
-    # -- live corrections -----------------------------------------------------------
-    def _refresh_live(self, pair: PairView, now: float) -> None:
-        dt = now - self._last_live if math.isfinite(self._last_live) else 0.0
-        self._last_live = now
-        spec, base = pair.spec, pair.base
-        raw = self._live_acceptance_ratio(spec)
-        if raw is not None:
-            hl = self.cfg.live_half_life_s
-            self.live_ratio = _toward(self.live_ratio, raw, dt, hl)
-            self.live_measured = True
-        else:
-            self.live_ratio = _toward(self.live_ratio, 1.0, dt, _UNKNOWN_DECAY_S)
-        q_raw = self._live_q_ratio(spec)
-        if q_raw is not None:
-            self.q_ratio = _toward(self.q_ratio, q_raw, dt, self.cfg.live_half_life_s)
-        else:
-            self.q_ratio = _toward(self.q_ratio, 1.0, dt, _UNKNOWN_DECAY_S)
-        if self.cfg.fit_step_times:
-            self._fit_steps(spec, base, now)
-
-    def _live_acceptance_ratio(self, spec: EngineView) -> float | None:
-        """Live acceptance of the spec engine ÷ what the router expected of its traffic."""
-        if spec.stale:
-            return None
-        tps = spec.tokens_per_step
-        if tps is not None and self._expected_inv is not None and self._expected_inv < 0.98:
-            expected = 1.0 / self._expected_inv
-            return min(1.5, max(0.05, (tps - 1.0) / (expected - 1.0)))
-        al = spec.mean_acceptance_length
-        if al is not None and self._expected_al is not None and self._expected_al > 1.02:
-            return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
-        return None
-
-    def _live_q_ratio(self, spec: EngineView) -> float | None:
-        """Drafted tokens per step measured on the spec engine ÷ expected of its traffic.
-
-        From the counters: accepted/step = E − 1 and accepted/draft token = rate, so draft
-        tokens/step = (E − 1) / rate.
-        """
-        tps, rate, exp_q = spec.tokens_per_step, spec.acceptance_rate, self._expected_q
-        if spec.stale or tps is None or not rate or rate <= 0 or exp_q is None or exp_q <= 1.02:
-            return None
-        drafted = (tps - 1.0) / rate
-        return min(4.0, max(0.05, drafted / (exp_q - 1.0)))
-
-    def _fit_steps(self, spec: EngineView, base: EngineView, now: float) -> None:
-        """Scale the profile by measured step time (windowed inter-token latency) ÷ predicted.
-
-        The measured cycle is free of acceptance (one emission per step), so this corrects
-        step times only. The scraped value is a mean over the last window, weighted by
-        emissions (a step of batch B counts B times), so it is compared with the same
-        load-weighted mean of what the profile predicted over that window. Only windows in
-        which the engine ran alone on the device are used: with both engines stepping,
-        how the device interleaves them blurs the attribution. Fitted once per new
-        scrape, on a fractional power (smoothing).
-        """
-        l_s, l_b = _load(spec), _load(base)
-        hist = self._pred_hist
-        t_s = self.steps.step_ms(max(l_s, 1.0), self._q_mix()) + self.steps.spec_extra_ms(
-            self.method, self.k, max(l_s, 1.0)
-        )
-        t_b = self.steps.step_ms(max(l_b, 1.0), 1.0)
-        hist.append((now, l_s, l_b, t_s, t_b))
-        while hist and hist[0][0] < now - _FIT_WINDOW_S:
-            hist.popleft()
-        key = (spec.step_s, base.step_s)
-        if key == self._last_view_key or len(hist) < 3:
-            return
-        self._last_view_key = key
-        if not base.stale and base.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
-            w = sum(h[2] for h in hist)
-            pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
-            ratio = base.step_s * 1000.0 / pred
-            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
-        if not spec.stale and spec.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
-            w = sum(h[1] for h in hist)
-            pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
-            ratio = spec.step_s * 1000.0 / pred
-            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))
 
     # -- learning -------------------------------------------------------------------
     def observe(self, outcome: Outcome, now: float) -> None:
@@ -427,7 +313,7 @@ class AdaptivePolicy:
         return d
 
     def snapshot(self) -> dict[str, object]:
-        now = self._last_live if math.isfinite(self._last_live) else 0.0
+        now = self.live.last_update if math.isfinite(self.live.last_update) else 0.0
         c = self._last_costs
         m, p = self.mode, self.prober
         return {
@@ -447,9 +333,9 @@ class AdaptivePolicy:
             "last_predicted_speedup": None if c is None else round(c.speedup, 4),
             "mix_tokens_per_step": round(1.0 / self._inv_e_mix(), 4),
             "mix_verified_tokens_per_step": round(self._q_mix(), 4),
-            "live_acceptance_ratio": round(self.live_ratio, 4),
-            "live_draft_ratio": round(self.q_ratio, 4),
-            "step_scale": {"spec": round(self.scale_spec, 4), "base": round(self.scale_base, 4)},
+            "live_acceptance_ratio": round(self.live.ratio, 4),
+            "live_draft_ratio": round(self.live.q_ratio, 4),
+            "step_scale": {"spec": round(self.live.scale_spec, 4), "base": round(self.live.scale_base, 4)},
             "measured_vs_model": self.bias.snapshot(now),
             "learned": self.learner.snapshot(now),
             "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,

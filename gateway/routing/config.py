@@ -51,6 +51,16 @@ class RoutingConfig(BaseModel):
         "old engine's requests running beside the new one's, which slows both for about one request "
         "duration; decisive changes flip in seconds, a prediction hovering near break-even never does",
     )
+    mix_window_s: float = Field(
+        7.0,
+        gt=0.0,
+        le=600.0,
+        description="the traffic mix the regimes are compared on: requests of the last this many "
+        "seconds (shorter follows a change sooner, and is noisier)",
+    )
+    mix_min_requests: int = Field(
+        8, ge=1, le=128, description="...but at least this many of the most recent requests"
+    )
     probe_share: float = Field(
         0.01, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"
     )

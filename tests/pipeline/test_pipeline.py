@@ -38,13 +38,15 @@ def test_gateway_and_simulator_extract_equal_features(mix: str) -> None:
 def test_outcome_from_an_answer() -> None:
     feats = parse_workload(sample(random.Random(3), "edit=1", "0")).features
     ans = Answer(Route.SPEC, "spec0", True, 10.0, 10.2, 11.2, 101, prompt_tokens=400, steps=40, retried=True)
-    out = build_outcome(feats, ans, probe=True, lookup=(0.5, 2.5))
+    out = build_outcome(feats, ans, probe=True, lookup=(0.5, 2.5), predicted_tpot_s=0.008)
     assert out.ttft_s == pytest.approx(0.2) and out.tpot_s == pytest.approx(0.01)
+    assert out.predicted_tpot_s == 0.008  # the decision's prediction goes back to the policy
     assert (out.prompt_tokens, out.completion_tokens, out.steps, out.probe) == (400, 101, 40, True)
     assert out.lookup_acceptance == 0.5 and out.extra == {"retried": 1.0, LOOKUP_DRAFTS_KEY: 2.5}
     assert (out.kind, out.temperature, out.model) == (feats.kind, 0.0, MODEL)
     unknown = build_outcome(feats, Answer(Route.BASE, "base0", True, 0.0, None, None, 0), probe=False)
     assert unknown.prompt_tokens == feats.prompt_tokens and unknown.steps is None and unknown.tpot_s is None
+    assert unknown.predicted_tpot_s is None
 
 
 def test_lookup_replay_uses_the_serving_pairs_settings() -> None:

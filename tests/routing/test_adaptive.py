@@ -243,7 +243,7 @@ def test_measured_step_time_corrects_the_profile() -> None:
         mv = view(with_(SPEC, inflight=1, step_s=0.060 + i * 1e-6), with_(BASE, inflight=0))
         for j in range(10):
             p.decide(EDIT, mv, i + j / 10)
-    assert p.scale_spec > 4.0
+    assert p.live.scale_spec > 4.0
     assert not p.mode.speculating
 
 
@@ -301,3 +301,47 @@ def test_a_handover_waits_at_most_one_request_duration() -> None:
     p.mode.speculating, p.mode.last_flip = False, t
     assert p.decide(CHAT_HOT, busy_spec, t + 0.5).reason == "handover"
     assert p.decide(CHAT_HOT, busy_spec, t + 2.5).route is Route.BASE  # 2 s: the prior duration
+
+
+def _outcome(d_route: Route, tpot_s: float, predicted_s: float | None, kind: str = "edit") -> Outcome:
+    return Outcome(
+        "m", d_route, d_route.value, kind, 0.7, True, completion_tokens=200, tpot_s=tpot_s,
+        predicted_tpot_s=predicted_s,
+    )  # fmt: skip
+
+
+def test_measured_latency_corrects_the_model_and_decides() -> None:
+    """The model says spec pays for this traffic at this load; the spec engine's requests
+    keep measuring 30 % slower than predicted: the policy learns it and falls back."""
+    p = policy()
+    mv = view(base=with_(BASE, inflight=0), spec=with_(SPEC, inflight=24))
+    t = warm(p, MODERATE, mv)
+    d = p.decide(EDIT_WARM, mv, t)
+    assert d.route is Route.SPEC and d.predicted_tpot_s is not None
+    flipped = None
+    for i in range(600):  # 60 s of 10 req/s
+        t = round(t + 0.1, 6)
+        d = p.decide(MODERATE[i % 2], mv, t)
+        if d.route is Route.SPEC and d.predicted_tpot_s is not None:
+            p.observe(_outcome(Route.SPEC, 1.3 * d.predicted_tpot_s, d.predicted_tpot_s), t)
+        if d.route is Route.BASE and flipped is None:
+            flipped = t
+    assert flipped is not None
+    state = p.snapshot()
+    assert state["mode"] == "fallback"
+    factor = state["measured_vs_model"]["spec"]["factor"]  # type: ignore[index]
+    assert 1.15 < factor < 1.3
+
+
+def test_only_clean_measurements_carry_a_prediction() -> None:
+    """A request decided while the other engine of the pair is busy shares the device: its
+    latency says nothing about the model, so no prediction goes back with it."""
+    p = policy()
+    quiet = view(with_(SPEC, inflight=2), with_(BASE, inflight=0))
+    both = view(with_(SPEC, inflight=2), with_(BASE, inflight=3))
+    t = warm(p, (EDIT,), quiet)
+    assert p.decide(EDIT, quiet, t).predicted_tpot_s is not None
+    assert p.decide(EDIT, both, t + 0.1).predicted_tpot_s is None
+    # and an outcome without one leaves the bias alone
+    p.observe(_outcome(Route.SPEC, 1.0, None), t + 0.2)
+    assert p.snapshot()["measured_vs_model"]["spec"]["samples"] == 0  # type: ignore[index]

@@ -41,6 +41,18 @@ async def _wait_scraped(app_state: object) -> None:
         await asyncio.sleep(0.05)
 
 
+def _spec_samples(state: object) -> int:
+    """``measured_vs_model.spec.samples`` wherever it sits in the admin state."""
+    if isinstance(state, dict):
+        mvm = state.get("measured_vs_model")
+        if isinstance(mvm, dict):
+            return int(mvm["spec"]["samples"])
+        return max((_spec_samples(v) for v in state.values()), default=0)
+    if isinstance(state, list):
+        return max((_spec_samples(v) for v in state), default=0)
+    return 0
+
+
 async def test_adaptive_routes_through_scraped_emulated_pair(
     pair_config: Callable[..., GatewayConfig],
 ) -> None:
@@ -79,6 +91,26 @@ async def test_adaptive_routes_through_scraped_emulated_pair(
         text = str(state)
         for key in ("break_even_tokens_per_step", "recent_decisions", "live_acceptance_ratio", "mode"):
             assert key in text
+        # A streamed edit runs alone on spec: its measured time per token goes back against
+        # the model's prediction (learned from after the response ends; a non-streamed
+        # answer arrives whole and has no time per token to measure).
+        stream = await client.chat.completions.create(
+            model="qwen3-8b",
+            messages=EDIT,
+            temperature=0,
+            max_tokens=64,
+            stream=True,  # type: ignore[arg-type]
+        )
+        pieces = [
+            c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content
+        ]
+        assert len(pieces) > 1
+        deadline = time.monotonic() + 10.0
+        while _spec_samples(state) < 1:
+            assert time.monotonic() < deadline, "no measurement reached the policy"
+            await asyncio.sleep(0.05)
+            async with aiohttp.ClientSession() as s, s.get(gw.make_url("/admin/state")) as r:
+                state = await r.json()
     finally:
         await client.close()
         await gw.close()

@@ -1,0 +1,162 @@
+"""Live corrections of the cost model from the engines' scraped ``/metrics`` windows.
+
+Multiplicative, 1 = the model is right:
+
+* ``ratio``: the spec engine's windowed acceptance (tokens per step, else mean acceptance
+  length) ÷ what the router expected of the traffic it sent there;
+* ``q_ratio``: its drafted tokens per step ÷ expected (n-gram drafts only on a match);
+* ``scale_spec`` / ``scale_base``: measured step time (windowed inter-token latency) ÷ the
+  profile's, fitted only while the engine ran alone on the device.
+
+With nothing measured (the engine idle, its scrape stale) each relaxes back to 1 on
+``unknown_half_life_s``. The per-request check of the whole model against measured time
+per token is :mod:`gateway.routing.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from gateway.routing.steptime import StepModel
+from gateway.routing.types import EngineView, PairView
+
+_SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
+_SCALE_MAX = 20.0
+_FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
+
+
+def engine_load(e: EngineView) -> float:
+    """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
+    scraped = (e.running or 0.0) + (e.waiting or 0.0)
+    return max(float(e.inflight), scraped)
+
+
+def toward(old: float, new: float, dt: float, half_life: float) -> float:
+    a = 1.0 - 0.5 ** (max(0.0, dt) / half_life) if half_life > 0 else 1.0
+    return old + a * (new - old)
+
+
+@dataclass
+class LiveCorrections:
+    half_life_s: float = 1.0
+    unknown_half_life_s: float = 60.0
+    fit_step_times: bool = True
+    ratio: float = 1.0
+    measured: bool = False  # whether a live acceptance was ever measured
+    q_ratio: float = 1.0
+    scale_spec: float = 1.0
+    scale_base: float = 1.0
+    last_update: float = -math.inf
+    _expected_al: float | None = None  # expected AL over drafted steps of spec traffic
+    _expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
+    _expected_q: float | None = None
+    _last_view_key: tuple[object, ...] | None = None
+    # (time, spec load, base load, predicted spec step, predicted base step), last window.
+    _pred_hist: deque[tuple[float, float, float, float, float]] = field(
+        default_factory=lambda: deque(maxlen=4096)
+    )
+
+    def track_expected(self, blended: float, p_draft: float, q: float) -> None:
+        """What the router expects the spec engine to measure of the traffic it sends.
+
+        The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
+        length, the *harmonic* mean of E. So the expectation is kept as a mean of 1/E.
+        """
+        al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
+        old_al, old_inv = self._expected_al, self._expected_inv
+        self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
+        inv = 1.0 / blended
+        self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
+        old_q = self._expected_q
+        self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
+
+    def refresh(
+        self, pair: PairView, now: float, steps: StepModel, q_mix: float, method: str, k: int
+    ) -> None:
+        """Fold the pair's latest scraped views in (once per decision)."""
+        dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
+        self.last_update = now
+        spec, base = pair.spec, pair.base
+        raw = self._live_acceptance_ratio(spec)
+        if raw is not None:
+            hl = self.half_life_s
+            self.ratio = toward(self.ratio, raw, dt, hl)
+            self.measured = True
+        else:
+            self.ratio = toward(self.ratio, 1.0, dt, self.unknown_half_life_s)
+        q_raw = self._live_q_ratio(spec)
+        if q_raw is not None:
+            self.q_ratio = toward(self.q_ratio, q_raw, dt, self.half_life_s)
+        else:
+            self.q_ratio = toward(self.q_ratio, 1.0, dt, self.unknown_half_life_s)
+        if self.fit_step_times:
+            self._fit_steps(spec, base, now, steps, q_mix, method, k)
+
+    def _live_acceptance_ratio(self, spec: EngineView) -> float | None:
+        """Live acceptance of the spec engine ÷ what the router expected of its traffic."""
+        if spec.stale:
+            return None
+        tps = spec.tokens_per_step
+        if tps is not None and self._expected_inv is not None and self._expected_inv < 0.98:
+            expected = 1.0 / self._expected_inv
+            return min(1.5, max(0.05, (tps - 1.0) / (expected - 1.0)))
+        al = spec.mean_acceptance_length
+        if al is not None and self._expected_al is not None and self._expected_al > 1.02:
+            return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
+        return None
+
+    def _live_q_ratio(self, spec: EngineView) -> float | None:
+        """Drafted tokens per step measured on the spec engine ÷ expected of its traffic.
+
+        From the counters: accepted/step = E − 1 and accepted/draft token = rate, so draft
+        tokens/step = (E − 1) / rate.
+        """
+        tps, rate, exp_q = spec.tokens_per_step, spec.acceptance_rate, self._expected_q
+        if spec.stale or tps is None or not rate or rate <= 0 or exp_q is None or exp_q <= 1.02:
+            return None
+        drafted = (tps - 1.0) / rate
+        return min(4.0, max(0.05, drafted / (exp_q - 1.0)))
+
+    def _fit_steps(
+        self,
+        spec: EngineView,
+        base: EngineView,
+        now: float,
+        steps: StepModel,
+        q_mix: float,
+        method: str,
+        k: int,
+    ) -> None:
+        """Scale the profile by measured step time (windowed inter-token latency) ÷ predicted.
+
+        The measured cycle is free of acceptance (one emission per step), so this corrects
+        step times only. The scraped value is a mean over the last window, weighted by
+        emissions (a step of batch B counts B times), so it is compared with the same
+        load-weighted mean of what the profile predicted over that window. Only windows in
+        which the engine ran alone on the device are used: with both engines stepping,
+        how the device interleaves them blurs the attribution. Fitted once per new
+        scrape, on a fractional power (smoothing).
+        """
+        l_s, l_b = engine_load(spec), engine_load(base)
+        hist = self._pred_hist
+        t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
+        t_b = steps.step_ms(max(l_b, 1.0), 1.0)
+        hist.append((now, l_s, l_b, t_s, t_b))
+        while hist and hist[0][0] < now - _FIT_WINDOW_S:
+            hist.popleft()
+        key = (spec.step_s, base.step_s)
+        if key == self._last_view_key or len(hist) < 3:
+            return
+        self._last_view_key = key
+        if not base.stale and base.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
+            w = sum(h[2] for h in hist)
+            pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
+            ratio = base.step_s * 1000.0 / pred
+            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
+        if not spec.stale and spec.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
+            w = sum(h[1] for h in hist)
+            pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
+            ratio = spec.step_s * 1000.0 / pred
+            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))

@@ -13,8 +13,9 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 3. both engines on one device timeline (:mod:`gateway.routing.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
    counts what each request costs the others (they share the batch and the device),
-   corrected by what was measured: each engine's recent requests' time per token
-   against what the model predicted for them (:mod:`gateway.routing.calibration`);
+   corrected by what was measured: the spec engine's recent requests' time per token
+   against what the model predicted for them, beyond the gap the plain engine shows
+   (:mod:`gateway.routing.calibration`);
 4. the model's mode (:mod:`gateway.routing.modes`): *speculating* sends traffic to spec,
    *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
    beyond ``1 + margin ± hysteresis``, integrated over
@@ -87,8 +88,9 @@ class AdaptivePolicy:
         self.reasons: Counter[str] = Counter()
         self.method = "ngram"
         self.k = DEFAULT_K
-        # Recent eligible traffic: (time, learned E before the live correction, verified tokens/step).
-        self._mix: deque[tuple[float, float, float]] = deque()
+        # Recent eligible traffic: (time, learned E before the live correction, verified
+        # tokens/step, prompt tokens).
+        self._mix: deque[tuple[float, float, float, int]] = deque()
         self._mix_q_sum = 0.0  # running sum of the mix's verified tokens/step
         self._mix_version = 0
         self._inv_cache: tuple[int, float, float] | None = None  # (version, live ratio, mean 1/E)
@@ -125,8 +127,8 @@ class AdaptivePolicy:
             q, _ = self.draft_learner.blend(kind, features.temperature, 1.0 + p_draft * self.k, now)
         else:
             q = float(self.k + 1)
-        self._mix_add(now, blended, q)
-        load = engine_load(spec) + engine_load(base) + 1.0
+        self._mix_add(now, blended, q, features.prompt_tokens)
+        load = self.live.batch(engine_load(spec) + engine_load(base) + 1.0)
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
@@ -162,12 +164,19 @@ class AdaptivePolicy:
         own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
         # What the model alone predicts for this request on its engine, for the bias to learn
         # from; only when the request will have the device to its engine (no probe, the
-        # other engine idle).
-        other = base if route is Route.SPEC else spec
+        # other engine idle) and will not queue (a saturated engine's time per token is
+        # its prefill and queue at work, which would weigh on either engine alike).
+        other, chosen = (base, spec) if route is Route.SPEC else (spec, base)
         predicted: float | None = None
-        if not probe and other.inflight == 0:
+        if not probe and other.inflight == 0 and not (chosen.waiting or 0.0) > 0:
             ms = own_spec_ms if route is Route.SPEC else costs.base_ms
-            predicted = ms / self.bias.factor(route, now) / 1000.0
+            # Prompts being prefilled take their share of the device from every decode step,
+            # on either engine alike (so the regimes' ratio does not need it; the absolute
+            # time per token that is measured does).
+            ms /= 1.0 - self._prefill_share()
+            if route is Route.SPEC:
+                ms /= self.bias.factor(Route.SPEC, now)  # the model's own prediction
+            predicted = ms / 1000.0
         d = decide_route(
             pair,
             route,
@@ -230,9 +239,9 @@ class AdaptivePolicy:
             return override, 1.0
         return prior_tokens_per_step(self.method, f.overlap, f.temperature, self.k), 1.0
 
-    def _mix_add(self, now: float, blended: float, q: float) -> None:
+    def _mix_add(self, now: float, blended: float, q: float, prompt_tokens: int) -> None:
         mix = self._mix
-        mix.append((now, blended, q))
+        mix.append((now, blended, q, prompt_tokens))
         self._mix_q_sum += q
         lo, span = self.cfg.mix_min_requests, self.cfg.mix_window_s
         while len(mix) > _MIX_MAX or (len(mix) > lo and mix[0][0] < now - span):
@@ -247,9 +256,20 @@ class AdaptivePolicy:
         if c is not None and c[0] == self._mix_version and c[1] == self.live.ratio:
             return c[2]
         r = self.live.ratio
-        inv = sum(1.0 / (1.0 + (b - 1.0) * r) for _, b, _ in self._mix) / len(self._mix)
+        inv = sum(1.0 / (1.0 + (b - 1.0) * r) for _, b, _, _ in self._mix) / len(self._mix)
         self._inv_cache = (self._mix_version, r, inv)
         return inv
+
+    def _prefill_share(self) -> float:
+        """Share of the device the recent traffic's prompts take to prefill (arrival rate
+        × mean prompt tokens × prefill time per token), at most 0.8."""
+        mix = self._mix
+        if len(mix) < 2:
+            return 0.0
+        span = max(mix[-1][0] - mix[0][0], 1.0)
+        rate = (len(mix) - 1) / span
+        tokens = sum(m[3] for m in mix) / len(mix)
+        return min(0.8, rate * self.steps.prefill_ms(tokens) / 1000.0)
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
@@ -264,7 +284,7 @@ class AdaptivePolicy:
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
             scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self._now),
-            scale_base=self.live.scale_base * self.bias.factor(Route.BASE, self._now),
+            scale_base=self.live.scale_base,
             margin=self.cfg.margin,
             method=self.method,
             k=self.k,

@@ -25,6 +25,7 @@ from gateway.routing.types import EngineView, PairView
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
 _SCALE_MAX = 20.0
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
+_MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
 
 
 def engine_load(e: EngineView) -> float:
@@ -49,6 +50,9 @@ class LiveCorrections:
     scale_spec: float = 1.0
     scale_base: float = 1.0
     last_update: float = -math.inf
+    # The largest batch an engine was seen running while requests waited: its scheduler's
+    # cap (max_num_seqs). Requests beyond it queue; they do not make steps longer.
+    batch_cap: float = math.inf
     _expected_al: float | None = None  # expected AL over drafted steps of spec traffic
     _expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
     _expected_q: float | None = None
@@ -72,6 +76,10 @@ class LiveCorrections:
         old_q = self._expected_q
         self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
 
+    def batch(self, load: float) -> float:
+        """The batch ``load`` requests make on one engine (its cap, once one was seen)."""
+        return min(load, self.batch_cap)
+
     def refresh(
         self, pair: PairView, now: float, steps: StepModel, q_mix: float, method: str, k: int
     ) -> None:
@@ -79,6 +87,10 @@ class LiveCorrections:
         dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
         self.last_update = now
         spec, base = pair.spec, pair.base
+        for e in (spec, base):
+            if not e.stale and e.waiting and e.running and e.running >= _MIN_CAP:
+                cap = e.running if math.isinf(self.batch_cap) else max(self.batch_cap, e.running)
+                self.batch_cap = cap
         raw = self._live_acceptance_ratio(spec)
         if raw is not None:
             hl = self.half_life_s
@@ -139,7 +151,7 @@ class LiveCorrections:
         how the device interleaves them blurs the attribution. Fitted once per new
         scrape, on a fractional power (smoothing).
         """
-        l_s, l_b = engine_load(spec), engine_load(base)
+        l_s, l_b = self.batch(engine_load(spec)), self.batch(engine_load(base))
         hist = self._pred_hist
         t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
         t_b = steps.step_ms(max(l_b, 1.0), 1.0)

@@ -42,3 +42,17 @@ def test_unusable_measurements_are_refused_and_outliers_clipped() -> None:
     assert b.observe(Route.SPEC, 10.0, 0.01, 100, 0.0)  # a 1000× outlier counts as e^1
     assert b.log_bias(Route.SPEC, 0.0) == pytest.approx(1.0)
     assert b.snapshot(0.0)["spec"] == {"factor": round(math.e, 4), "samples": 1}
+
+
+def test_the_plain_engines_gap_is_common_and_spec_keeps_only_its_own() -> None:
+    """Plain decoding is the same physics on either engine: a gap the plain engine shows
+    (say the profile's context length is off) is not held against speculation."""
+    b = LatencyBias(tau_s=30.0, prior_weight=10.0)
+    for i in range(300):
+        b.observe(Route.BASE, 0.011, 0.010, 100, i / 10)  # plain: 10 % slower than modelled
+    for i in range(300):
+        b.observe(Route.SPEC, 0.0132, 0.010, 100, 30.0 + i / 10)  # spec: 32 % = 10 % × 20 % own
+    assert b.factor(Route.BASE, 30.0) == pytest.approx(1.1, rel=0.02)
+    # spec's own part: 1.32 / 1.1 = 1.2, measured while the common part was ~1.1 (it ages
+    # during the spec phase, so the estimate sits a little above)
+    assert 1.18 < b.factor(Route.SPEC, 60.0) < 1.27

@@ -1,0 +1,52 @@
+"""Live corrections from scraped views: the batch cap an engine shows while it queues."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.config import RoutingConfig
+from gateway.routing.live import LiveCorrections
+from gateway.routing.steptime import get_step_model
+from gateway.routing.types import PairView, Route
+from tests.routing.conftest import CHAT_HOT, EDIT, engine, view, with_
+
+SPEC, BASE = engine(Route.SPEC), engine(Route.BASE)
+
+
+def _refresh(live: LiveCorrections, spec: object, base: object, now: float) -> None:
+    live.refresh(PairView(spec, base), now, get_step_model(), 1.5, "ngram", 5)  # type: ignore[arg-type]
+
+
+def test_the_batch_cap_is_what_an_engine_runs_while_requests_wait() -> None:
+    live = LiveCorrections()
+    assert math.isinf(live.batch_cap) and live.batch(5000) == 5000
+    # a short queue beside a small batch is the prefill budget at work, not the cap
+    _refresh(live, SPEC, with_(BASE, running=12.0, waiting=3.0), 0.0)
+    assert math.isinf(live.batch_cap)
+    _refresh(live, SPEC, with_(BASE, running=240.0, waiting=400.0), 1.0)
+    _refresh(live, SPEC, with_(BASE, running=256.0, waiting=900.0), 2.0)
+    _refresh(live, SPEC, with_(BASE, running=200.0, waiting=0.0), 3.0)  # no queue: no evidence
+    assert live.batch_cap == 256.0
+    assert live.batch(1500) == 256.0 and live.batch(80) == 80
+
+
+def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:
+    """At 1,500 requests in flight the profile must not be read at a batch of 1,500: the
+    engines run 256 and queue the rest (a saturated sweep point went to spec on that)."""
+    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    saturated = view(base=with_(BASE, inflight=1500, running=256.0, waiting=1244.0))
+    p.decide(EDIT, saturated, 0.0)
+    d = p.decide(EDIT, saturated, 0.1)
+    costs = p._last_costs
+    assert costs is not None
+    assert costs.base_ms == p.steps.step_ms(256.0, 1.0) * p.live.scale_base
+    assert d.route is Route.SPEC  # copy-heavy T=0 edits still pay on spec at the cap
+    # open chat goes to the queueing plain engine (spec idle): no prediction goes back with
+    # it, its time per token is the queue's and the prefill's
+    chats = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    chats.decide(CHAT_HOT, saturated, 0.0)
+    chat = chats.decide(CHAT_HOT, saturated, 0.1)
+    assert chat.route is Route.BASE and chat.predicted_tpot_s is None
+    quiet = view(base=with_(BASE, inflight=3, running=3.0, waiting=0.0))
+    assert chats.decide(CHAT_HOT, quiet, 0.2).predicted_tpot_s is not None

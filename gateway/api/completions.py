@@ -20,7 +20,7 @@ from gateway.proxy.forward import ProxyCall
 from gateway.proxy.learning import learn_with_lookup, observe, wants_lookup
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
-from gateway.routing.types import Decision, RequestFeatures, Route
+from gateway.routing.types import Decision, Reason, RequestFeatures, Route
 from gateway.telemetry.hooks import RequestTelemetry
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ def _decide(st: GatewayState, model: str, features: RequestFeatures) -> Decision
         except Exception:  # a policy bug must not cost the request: plain engine, hard rules kept
             log.exception("routing policy failed; using the plain engine")
             d = _SAFE_POLICY.decide(features, view, now)
-            return Decision(route=d.route, engine=d.engine, reason="policy_error", fallback=d.fallback)
+            return Decision(route=d.route, engine=d.engine, reason=Reason.POLICY_ERROR, fallback=d.fallback)
     except NoEngineAvailable as exc:
         raise ApiError(
             503,

@@ -38,7 +38,7 @@ from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Harvest, Patterns, model_patterns, rewrite_model
 from gateway.proxy.stream import StreamRelay
-from gateway.routing.types import Decision
+from gateway.routing.types import Decision, Reason
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.logthrottle import LogThrottle
 
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 MAX_UPSTREAM_BODY = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
-MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
 _CHUNKED_UPLOAD = 512 * 1024  # bodies from this size go upstream as a stream of chunks
@@ -85,7 +84,7 @@ class ProxyCall(StreamRelay):
             rt = self.engines[name]
             last = attempt == len(candidates) - 1
             result.engine, result.route = name, rt.route
-            result.reason = d.reason if attempt == 0 else "failover"
+            result.reason = d.reason if attempt == 0 else Reason.FAILOVER
             result.retried = attempt > 0
             result.error = None
             try:

@@ -54,12 +54,6 @@ def tokens_per_step(alphas: tuple[float, ...] | list[float], p_draft: float = 1.
     return 1.0 + min(max(p_draft, 0.0), 1.0) * acc
 
 
-def iid_tokens_per_step(alpha: float, k: int) -> float:
-    """Leviathan's (1 − α^(k+1)) / (1 − α) for i.i.d. acceptance α."""
-    a = min(max(alpha, 0.0), 0.999999)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
-
-
 def ngram_prior(overlap: float, temperature: float, k: int) -> tuple[float, float]:
     """(E, p_draft) for prompt lookup with ``k`` drafts, from overlap and temperature.
 

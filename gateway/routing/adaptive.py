@@ -25,7 +25,7 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
-regime (see :mod:`gateway.routing.costmodel`). Reasons come from :data:`REASONS`.
+regime (see :mod:`gateway.routing.costmodel`). Reasons are :class:`~gateway.routing.types.Reason` values.
 """
 
 from __future__ import annotations
@@ -47,23 +47,16 @@ from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.steptime import StepModel, get_step_model
-from gateway.routing.types import Decision, ModelView, Outcome, PairView, RequestFeatures, Route
-
-REASONS: tuple[str, ...] = (
-    "refused_params",
-    "forced",
-    "pinned",
-    "spec_down",
-    "base_down",
-    "prior",
-    "predicted_faster",
-    "hysteresis",
-    "below_break_even",
-    "probe",
-    "handover",
-    "high_load",
-    "low_acceptance",
+from gateway.routing.types import (
+    Decision,
+    ModelView,
+    Outcome,
+    PairView,
+    Reason,
+    RequestFeatures,
+    Route,
 )
+
 DEFAULT_K = 5
 # Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.
 LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
@@ -139,25 +132,29 @@ class AdaptivePolicy:
         probe = False
         target = Route.SPEC if speculating else Route.BASE
         if self._handover(target, pair, now):
-            route, reason = target.other, "handover"
+            route, reason = target.other, Reason.HANDOVER
         elif speculating:
             route = Route.SPEC
-            reason = "prior" if no_data else ("predicted_faster" if speedup > threshold else "hysteresis")
+            reason = (
+                Reason.PRIOR
+                if no_data
+                else (Reason.PREDICTED_FASTER if speedup > threshold else Reason.HYSTERESIS)
+            )
         elif (
             self._probe_candidate(features, blended)
             and self._recovery_would_flip(load)
             and self.prober.should_probe(now)
         ):
-            route, reason, probe = Route.SPEC, "probe", True
+            route, reason, probe = Route.SPEC, Reason.PROBE, True
         else:
             route = Route.BASE
             if no_data:
-                reason = "prior"
+                reason = Reason.PRIOR
             elif speedup > threshold:
-                reason = "below_break_even"  # held in fallback by the hysteresis band / dwell
+                reason = Reason.BELOW_BREAK_EVEN  # held in fallback: not enough evidence yet
             else:
                 # what holds it here: load (unloaded, spec would be faster), or acceptance
-                reason = "high_load" if self._regime(1.0).speedup > 1.0 else "low_acceptance"
+                reason = Reason.HIGH_LOAD if self._regime(1.0).speedup > 1.0 else Reason.LOW_ACCEPTANCE
         if route is Route.SPEC:
             self.live.track_expected(blended, p_draft, q)
         own_spec_ms = costs.spec_ms / self._inv_e_mix() / e

@@ -13,6 +13,7 @@ from gateway.routing.types import (
     EngineView,
     ModelView,
     PairView,
+    Reason,
     RequestFeatures,
     Route,
     RouteOverride,
@@ -50,7 +51,7 @@ def choose_pair(view: ModelView) -> PairView:
     return min(usable, key=lambda p: _load(p.spec) + _load(p.base))
 
 
-def _decide(pair: PairView, route: Route, reason: str, *, movable: bool) -> Decision:
+def _decide(pair: PairView, route: Route, reason: Reason, *, movable: bool) -> Decision:
     chosen, sibling = (pair.spec, pair.base) if route is Route.SPEC else (pair.base, pair.spec)
     fallback = sibling.name if movable and sibling.usable else None
     return Decision(route=route, engine=chosen.name, reason=reason, fallback=fallback)
@@ -62,23 +63,23 @@ def apply_hard_rules(features: RequestFeatures, view: ModelView) -> Preliminary:
     if features.refused_params:
         if not base_ok:
             raise NoEngineAvailable(view.model, "request needs the plain engine, which is down")
-        return Preliminary(_decide(pair, Route.BASE, "refused_params", movable=False), pair)
+        return Preliminary(_decide(pair, Route.BASE, Reason.REFUSED_PARAMS, movable=False), pair)
     if not spec_ok:
-        return Preliminary(_decide(pair, Route.BASE, "spec_down", movable=False), pair)
+        return Preliminary(_decide(pair, Route.BASE, Reason.SPEC_DOWN, movable=False), pair)
     if not base_ok:
-        return Preliminary(_decide(pair, Route.SPEC, "base_down", movable=False), pair)
+        return Preliminary(_decide(pair, Route.SPEC, Reason.BASE_DOWN, movable=False), pair)
     forced = features.forced
     if forced is None and view.pinned is not RouteOverride.AUTO:
-        return Preliminary(_decide(pair, Route(view.pinned.value), "pinned", movable=True), pair)
+        return Preliminary(_decide(pair, Route(view.pinned.value), Reason.PINNED, movable=True), pair)
     if forced is not None:
-        return Preliminary(_decide(pair, forced, "forced", movable=True), pair)
+        return Preliminary(_decide(pair, forced, Reason.FORCED, movable=True), pair)
     return Preliminary(None, pair)
 
 
 def decide_route(
     pair: PairView,
     route: Route,
-    reason: str,
+    reason: Reason,
     *,
     predicted_speedup: float | None = None,
     predicted_acceptance: float | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.routing.rules import apply_hard_rules, decide_route
-from gateway.routing.types import Decision, ModelView, Outcome, RequestFeatures, Route
+from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
 
 
 @dataclass
@@ -22,7 +22,7 @@ class FixedPolicy:
         pre = apply_hard_rules(features, view)
         if pre.decision is not None:
             return pre.decision
-        return decide_route(pre.pair, self.route, "static")
+        return decide_route(pre.pair, self.route, Reason.STATIC)
 
     def observe(self, outcome: Outcome, now: float) -> None:
         return None
@@ -43,8 +43,8 @@ class TemperaturePolicy:
         if pre.decision is not None:
             return pre.decision
         if features.temperature <= self.max_temperature:
-            return decide_route(pre.pair, Route.SPEC, "low_temperature")
-        return decide_route(pre.pair, Route.BASE, "high_temperature")
+            return decide_route(pre.pair, Route.SPEC, Reason.LOW_TEMPERATURE)
+        return decide_route(pre.pair, Route.BASE, Reason.HIGH_TEMPERATURE)
 
     def observe(self, outcome: Outcome, now: float) -> None:
         return None

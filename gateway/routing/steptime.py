@@ -3,9 +3,11 @@ each verifying ``q`` tokens (q = k + 1 on a speculative engine, 1 on a plain one
 
 The calibration profiles live in :mod:`gateway.physics` (``get_profile(name)`` with
 ``step_ms(batch, q, ctx)``). This module adapts one to the routing core, and carries a
-small built-in copy of the H200 Qwen3-8B table (DESIGN §3) as a fallback, so the decision
-core never fails for want of a profile. The router treats it as a *prior* and corrects
-it online with measured per-token latency (:mod:`gateway.routing.adaptive`).
+small built-in copy of the H200 Qwen3-8B table (the decode grid of
+``gateway/physics/data``) as a fallback, so the decision core never fails for want of a
+profile. The router treats it as a *prior* and corrects it online with measured step
+times (:mod:`gateway.routing.live`) and measured time per token
+(:mod:`gateway.routing.calibration`).
 """
 
 from __future__ import annotations

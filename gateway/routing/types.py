@@ -24,6 +24,34 @@ class Route(StrEnum):
         return Route.BASE if self is Route.SPEC else Route.SPEC
 
 
+class Reason(StrEnum):
+    """Why a request went where it went: the one vocabulary of ``x-specgate-reason``, the
+    ``reason`` metric label and span attribute (bounded, so safe as a label)."""
+
+    # hard rules (gateway.routing.rules)
+    REFUSED_PARAMS = "refused_params"  # parameters a speculative engine refuses
+    FORCED = "forced"  # x-specgate-route from the client, where allowed
+    PINNED = "pinned"  # POST /admin/route
+    SPEC_DOWN = "spec_down"
+    BASE_DOWN = "base_down"
+    # the adaptive policy
+    PRIOR = "prior"  # nothing measured yet: the model's prior decided
+    PREDICTED_FASTER = "predicted_faster"
+    HYSTERESIS = "hysteresis"  # speculating, inside the band (not enough evidence to leave)
+    BELOW_BREAK_EVEN = "below_break_even"  # in fallback, inside the band
+    HIGH_LOAD = "high_load"  # in fallback: spec would pay unloaded, not at this load
+    LOW_ACCEPTANCE = "low_acceptance"  # in fallback: spec would not pay even unloaded
+    PROBE = "probe"  # in fallback, measuring whether acceptance recovered
+    HANDOVER = "handover"  # a flip waits for the old engine to idle
+    # static policies
+    STATIC = "static"
+    LOW_TEMPERATURE = "low_temperature"
+    HIGH_TEMPERATURE = "high_temperature"
+    # the gateway around the policy
+    POLICY_ERROR = "policy_error"  # the policy raised: the gateway routed by the hard rules
+    FAILOVER = "failover"  # retried on the sibling engine before the first byte
+
+
 class RouteOverride(StrEnum):
     """Values accepted in the ``x-specgate-route`` header and by ``POST /admin/route``."""
 
@@ -111,7 +139,7 @@ class Decision:
 
     route: Route
     engine: str
-    reason: str
+    reason: Reason
     # Sibling engine to retry on when ``engine`` fails before the first byte; None when the
     # request must not move (e.g. it carries parameters the sibling refuses).
     fallback: str | None = None

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from gateway.physics import get_profile
-from gateway.routing.acceptance import KindLearner, iid_tokens_per_step, ngram_prior, tokens_per_step
+from gateway.routing.acceptance import KindLearner, ngram_prior, tokens_per_step
 from gateway.routing.costmodel import regime_costs
 from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.steptime import TableStepModel, get_step_model
@@ -37,7 +37,6 @@ def test_unknown_profile_falls_back_to_builtin_table() -> None:
 def test_expected_tokens_per_step() -> None:
     assert tokens_per_step([0.5, 0.4, 0.33]) == pytest.approx(1 + 0.5 + 0.2 + 0.066)
     assert tokens_per_step([1.0] * 5, p_draft=0.5) == pytest.approx(3.5)  # half the steps draft nothing
-    assert iid_tokens_per_step(0.8, 5) == pytest.approx((1 - 0.8**6) / 0.2)
     hi, lo = ngram_prior(0.9, 0.0, 5)[0], ngram_prior(0.9, 1.0, 5)[0]
     assert hi > lo > ngram_prior(0.05, 0.0, 5)[0]  # falls with temperature and with overlap
 

@@ -63,6 +63,7 @@ LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
 _MIX_MAX = 128  # the traffic mix keeps at most this many recent requests
+_HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 
 
@@ -127,7 +128,7 @@ class AdaptivePolicy:
         speedup = costs.speedup
         speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s)
         no_data = spec.stale and evidence == 0.0 and not self.live.measured
-        threshold = 1.0 + self.cfg.margin
+        threshold = 1.0 + self.mode.margin
 
         probe = False
         target = Route.SPEC if speculating else Route.BASE
@@ -189,15 +190,18 @@ class AdaptivePolicy:
         """Whether the request still goes to the old mode's engine after a flip.
 
         A flip costs its drain: while the old engine still runs requests, every new one on
-        the other engine waits for both engines' steps. On a quiet pair the old engine is
-        often idle a moment later, and the flip is then free: new requests keep going to
-        it until it is idle, for at most one mean request duration (a busy pair's never is).
+        the other engine waits for both engines' steps. When the old engine is down to its
+        last request it is about to idle, and the flip is then nearly free: new requests
+        keep going to it until it is idle, for at most one mean request duration. With more
+        in flight, feeding it would only stretch the drain by a new request's whole life,
+        so the switch is made at once.
         """
         if self._routing is None or self._routing is target:
             self._routing = target
             return False
         old = pair.spec if self._routing is Route.SPEC else pair.base
-        if old.inflight == 0 or now - self.mode.last_flip >= self._duration_s or not old.usable:
+        about_to_idle = 0 < old.inflight <= _HANDOVER_MAX
+        if not about_to_idle or now - self.mode.last_flip >= self._duration_s or not old.usable:
             self._routing = target
             return False
         return True
@@ -222,7 +226,7 @@ class AdaptivePolicy:
             s = self._regime(load).speedup
         finally:
             self.live.ratio = saved
-        return s > 1.0 + self.cfg.margin + self.cfg.hysteresis
+        return s > self.mode.upper
 
     def _corrected(self, blended: float) -> float:
         return 1.0 + (blended - 1.0) * self.live.ratio
@@ -282,7 +286,7 @@ class AdaptivePolicy:
             inv_tokens_per_step=self._inv_e_mix(),
             scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self._now),
             scale_base=self.live.scale_base,
-            margin=self.cfg.margin,
+            margin=self.mode.margin,
             method=self.method,
             k=self.k,
         )

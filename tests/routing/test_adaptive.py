@@ -279,28 +279,39 @@ def test_replicas_choose_the_least_loaded_pair_then_the_engine() -> None:
 
 
 def test_a_flip_hands_over_at_a_moment_the_old_engine_is_idle() -> None:
-    """A flip costs its drain (both engines step while the old one's requests finish);
-    on a quiet pair it waits, at most one request duration, for the old engine to idle.
-    (The evidence threshold is out of reach so that the mode stays where the test puts it.)"""
+    """A flip costs its drain (both engines step while the old one's requests finish).
+    When the old engine is down to its last request it is about to idle: new requests wait
+    for that, at most one request duration. (The evidence threshold is out of reach so that
+    the mode stays where the test puts it.)"""
     p = policy(switch_evidence=100.0)
-    busy_spec = view(with_(SPEC, inflight=3))
-    t = warm(p, (EDIT,), busy_spec)
-    assert p.decide(EDIT, busy_spec, t).route is Route.SPEC
+    last_one = view(with_(SPEC, inflight=1))
+    t = warm(p, (EDIT,), last_one)
+    assert p.decide(EDIT, last_one, t).route is Route.SPEC
     p.mode.speculating, p.mode.last_flip = False, t  # the mode flips (whatever the cause)
-    d = p.decide(CHAT_HOT, busy_spec, t + 0.1)
+    d = p.decide(CHAT_HOT, last_one, t + 0.1)
     assert (d.route, d.reason) == (Route.SPEC, "handover")
     idle = view(with_(SPEC, inflight=0), with_(BASE, inflight=0))
     assert p.decide(CHAT_HOT, idle, t + 0.2).route is Route.BASE  # free: nothing drains
-    assert p.decide(CHAT_HOT, busy_spec, t + 0.3).route is Route.BASE  # and it stays there
+    assert p.decide(CHAT_HOT, last_one, t + 0.3).route is Route.BASE  # and it stays there
 
 
 def test_a_handover_waits_at_most_one_request_duration() -> None:
     p = policy(switch_evidence=100.0)
-    busy_spec = view(with_(SPEC, inflight=30))
+    last_one = view(with_(SPEC, inflight=1))
+    t = warm(p, (EDIT,), last_one)
+    p.mode.speculating, p.mode.last_flip = False, t
+    assert p.decide(CHAT_HOT, last_one, t + 0.5).reason == "handover"
+    assert p.decide(CHAT_HOT, last_one, t + 2.5).route is Route.BASE  # 2 s: the prior duration
+
+
+def test_a_busy_old_engine_is_not_fed_after_a_flip() -> None:
+    """With several requests still running, feeding the old engine would stretch its drain
+    by a new request's whole life: the switch is made at once."""
+    p = policy(switch_evidence=100.0)
+    busy_spec = view(with_(SPEC, inflight=6))
     t = warm(p, (EDIT,), busy_spec)
     p.mode.speculating, p.mode.last_flip = False, t
-    assert p.decide(CHAT_HOT, busy_spec, t + 0.5).reason == "handover"
-    assert p.decide(CHAT_HOT, busy_spec, t + 2.5).route is Route.BASE  # 2 s: the prior duration
+    assert p.decide(CHAT_HOT, busy_spec, t + 0.1).route is Route.BASE
 
 
 def _outcome(d_route: Route, tpot_s: float, predicted_s: float | None, kind: str = "edit") -> Outcome:
@@ -330,7 +341,7 @@ def test_measured_latency_corrects_the_model_and_decides() -> None:
     state = p.snapshot()
     assert state["mode"] == "fallback"
     factor = state["measured_vs_model"]["spec"]["factor"]  # type: ignore[index]
-    assert 1.15 < factor < 1.3
+    assert 1.1 < factor < 1.3  # most of the 30 % gap (shrunk toward the model, then ageing)
 
 
 def test_only_clean_measurements_carry_a_prediction() -> None:

@@ -63,7 +63,8 @@ LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
 _MIX_MAX = 128  # the traffic mix keeps at most this many recent requests
-_HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)
+_HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)...
+_QUIET_PAIR = 2.0  # ...or on a pair this quiet (requests arriving within one request's life)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 
 
@@ -200,7 +201,10 @@ class AdaptivePolicy:
             self._routing = target
             return False
         old = pair.spec if self._routing is Route.SPEC else pair.base
-        about_to_idle = 0 < old.inflight <= _HANDOVER_MAX
+        # about to idle: on its last request, or on a quiet pair (arrivals within one
+        # request's life, λ·D, at most two: idle moments come every few seconds)
+        quiet = self._arrival_rate() * self._duration_s <= _QUIET_PAIR
+        about_to_idle = old.inflight > 0 and (old.inflight <= _HANDOVER_MAX or quiet)
         if not about_to_idle or now - self.mode.last_flip >= self._duration_s or not old.usable:
             self._routing = target
             return False
@@ -261,16 +265,21 @@ class AdaptivePolicy:
         self._inv_cache = (self._mix_version, r, inv)
         return inv
 
+    def _arrival_rate(self) -> float:
+        """Requests per second over the traffic mix's window."""
+        mix = self._mix
+        if len(mix) < 2:
+            return 0.0
+        return (len(mix) - 1) / max(mix[-1][0] - mix[0][0], 1.0)
+
     def _prefill_share(self) -> float:
         """Share of the device the recent traffic's prompts take to prefill (arrival rate
         × mean prompt tokens × prefill time per token), at most 0.8."""
         mix = self._mix
-        if len(mix) < 2:
+        if not mix:
             return 0.0
-        span = max(mix[-1][0] - mix[0][0], 1.0)
-        rate = (len(mix) - 1) / span
         tokens = sum(m[3] for m in mix) / len(mix)
-        return min(0.8, rate * self.steps.prefill_ms(tokens) / 1000.0)
+        return min(0.8, self._arrival_rate() * self.steps.prefill_ms(tokens) / 1000.0)
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""

@@ -314,6 +314,19 @@ def test_a_busy_old_engine_is_not_fed_after_a_flip() -> None:
     assert p.decide(CHAT_HOT, busy_spec, t + 0.1).route is Route.BASE
 
 
+def test_on_a_quiet_pair_a_flip_waits_for_the_old_engine_to_idle() -> None:
+    """At about one request per request-duration the old engine idles every few seconds, so
+    even with two requests on it the flip waits (bounded) rather than overlap them."""
+    p = policy(switch_evidence=100.0)
+    two = view(with_(SPEC, inflight=2))
+    t = 0.0
+    for _ in range(20):  # 0.5 req/s, the prior 2-s duration: one arrival per request's life
+        p.decide(EDIT, two, t)
+        t += 2.0
+    p.mode.speculating, p.mode.last_flip = False, t
+    assert p.decide(CHAT_HOT, two, t + 0.1).reason == "handover"
+
+
 def _outcome(d_route: Route, tpot_s: float, predicted_s: float | None, kind: str = "edit") -> Outcome:
     return Outcome(
         "m", d_route, d_route.value, kind, 0.7, True, completion_tokens=200, tpot_s=tpot_s,

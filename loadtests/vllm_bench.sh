@@ -62,7 +62,7 @@ if [[ "${1:-}" == "--emulated" ]]; then
   "$PY" -m gateway emulate --pair --spec-port "$SP" --base-port "$BP" >"$OUT/emulator.log" 2>&1 &
   PIDS+=($!)
   wait_http "http://127.0.0.1:$SP/health" 60; wait_http "http://127.0.0.1:$BP/health" 60
-  "$PY" -c "import sys, yaml; from gateway.bench.cli_bench import gateway_config as g; \
+  "$PY" -c "import sys, yaml; from gateway.bench.procs import gateway_config as g; \
 yaml.safe_dump(g(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), 'adaptive'), open(sys.argv[4], 'w'))" \
     "$GP" "$SP" "$BP" "$OUT/gateway.yaml"
   "$PY" -m gateway serve --config "$OUT/gateway.yaml" >"$OUT/gateway.log" 2>&1 &

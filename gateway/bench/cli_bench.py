@@ -24,11 +24,9 @@ import time
 from collections import Counter
 from typing import Any
 
-import yaml
-
 from gateway.bench import scenario_bench
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
+from gateway.bench.procs import policy_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample
@@ -121,38 +119,16 @@ def _auto_scale(qps: float, mean_tokens: float, budget: float) -> float:
 
 
 async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float, logdir: str) -> PointResult:
-    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
-    tag = f"{policy}-q{qps:g}"
-    emu = Proc(
-        "emulator",
-        [
-            "emulate",
-            "--pair",
-            "--spec-port",
-            str(spec_port),
-            "--base-port",
-            str(base_port),
-            "--time-scale",
-            str(scale),
-            "--profile",
-            args.profile,
-            "--max-num-seqs",
-            str(args.max_num_seqs),
-            "--seed",
-            str(args.seed),
-        ],
-        os.path.join(logdir, f"{tag}-emulator.log"),
+    stack = policy_stack(
+        policy,
+        scale=scale,
+        profile=args.profile,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+        logdir=logdir,
+        tag=f"{policy}-q{qps:g}",
     )
-    cfg_path = os.path.join(logdir, f"{tag}-gateway.yaml")
-    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
-    gw = Proc(
-        "gateway",
-        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
-        os.path.join(logdir, f"{tag}-gateway.log"),
-    )
-    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
-        await asyncio.sleep(1.5)  # a couple of scrapes, so that policies see both engines
+    async with stack as gw_url:
         return await run_point(
             gw_url,
             "qwen3-8b",

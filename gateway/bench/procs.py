@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -193,3 +194,32 @@ async def running_stack(
     finally:
         await gw.stop()
         await emu.stop()
+
+
+@asynccontextmanager
+async def policy_stack(
+    policy: str, *, scale: float, profile: str, max_num_seqs: int, seed: int, logdir: str, tag: str
+) -> AsyncIterator[str]:
+    """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second)
+    and a gateway routing with ``policy`` in front of it, logs and config under ``logdir``
+    named by ``tag``; yields the gateway's base URL once a couple of scrapes have run, so
+    that the policy sees both engines."""
+    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
+    emu = Proc(
+        "emulator",
+        ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
+         "--time-scale", str(scale), "--profile", profile,
+         "--max-num-seqs", str(max_num_seqs), "--seed", str(seed)],
+        os.path.join(logdir, f"{tag}-emulator.log"),
+    )  # fmt: skip
+    cfg_path = os.path.join(logdir, f"{tag}-gateway.yaml")
+    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
+    gw = Proc(
+        "gateway",
+        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+        os.path.join(logdir, f"{tag}-gateway.log"),
+    )
+    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
+        await asyncio.sleep(1.5)
+        yield gw_url

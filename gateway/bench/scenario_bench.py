@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -26,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from gateway.bench.loadgen import stream_chat
-from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
+from gateway.bench.procs import policy_stack
 from gateway.bench.stats import RequestRecord
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
@@ -119,25 +117,17 @@ async def _send_all(
 async def _run_policy(
     args: argparse.Namespace, policy: str, work: list[tuple[float, WorkloadRequest]], logdir: str
 ) -> list[SocketRecord]:
-    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
     scale = 1.0  # real time: the gateway's routing keeps wall-clock time
-    emu = Proc(
-        "emulator",
-        ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
-         "--time-scale", str(scale), "--profile", args.profile,
-         "--max-num-seqs", str(args.max_num_seqs), "--seed", str(args.seed)],
-        os.path.join(logdir, f"{policy}-emulator.log"),
-    )  # fmt: skip
-    cfg_path = os.path.join(logdir, f"{policy}-gateway.yaml")
-    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
-    gw = Proc(
-        "gateway",
-        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
-        os.path.join(logdir, f"{policy}-gateway.log"),
+    stack = policy_stack(
+        policy,
+        scale=scale,
+        profile=args.profile,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+        logdir=logdir,
+        tag=policy,
     )
-    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
-        await asyncio.sleep(1.5)  # a couple of scrapes, so that the policy sees both engines
+    async with stack as gw_url:
         return await _send_all(gw_url + "/v1/chat/completions", work, scale, args.drain)
 
 

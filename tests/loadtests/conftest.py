@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.bench.cli_bench import gateway_config
-from gateway.bench.procs import Proc, free_port, running_stack
+from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
 
 
 @pytest.fixture

@@ -95,7 +95,6 @@ class AdaptivePolicy:
             fit_step_times=self.cfg.fit_step_times,
         )
         self.bias = LatencyBias()  # measured ÷ modelled time per token, per engine
-        self._now = 0.0
         self._last_costs: RegimeCosts | None = None
         self._routing: Route | None = None  # where the mode's traffic goes (lags a flip: _handover)
         self._duration_s = 2.0  # mean request duration (how long a handover may wait)
@@ -111,7 +110,6 @@ class AdaptivePolicy:
         self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
-        self._now = now
         self.live.refresh(pair, now, self.steps, self._q_mix(), self.method, self.k)
 
         kind = features.kind if features.kind in KINDS else "chat"
@@ -293,7 +291,7 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self._now),
+            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self.live.last_update),
             scale_base=self.live.scale_base,
             margin=self.mode.margin,
             method=self.method,

@@ -175,7 +175,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
         Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),
     }
-    by_req: dict[int, tuple[RequestRecord, EngineRequest, Route, ParsedRequest, Decision]] = {}
+    by_req: dict[int, tuple[RequestRecord, EngineRequest, ParsedRequest, Decision]] = {}
     records: list[RequestRecord] = []
 
     lookup_settings = LookupSettings.of(spec_cfg.k, lk_min, lk_max)
@@ -197,11 +197,11 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     def finish(
         rec: RequestRecord,
         req: EngineRequest,
-        route: Route,
         parsed: ParsedRequest,
         d: Decision,
         now: float,
     ) -> None:
+        route = d.route
         n = len(req.output)
         rec.output_tokens = n
         rec.finished_at = now
@@ -246,7 +246,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         req = eng.make_request(
             wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed
         )
-        by_req[id(req)] = (rec, req, d.route, parsed, d)
+        by_req[id(req)] = (rec, req, parsed, d)
         mon.inflight += 1
         on_events(device.submit(eng, req, t))
 

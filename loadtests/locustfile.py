@@ -44,9 +44,9 @@ from locust.runners import WorkerRunner
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gateway.bench.schedule import PoissonPacer, Schedule, parse_schedule
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
 from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
+from gateway.workload.schedule import PoissonPacer, Schedule, parse_schedule
 
 ROUTE_HEADER = "x-specgate-route"
 REASON_HEADER = "x-specgate-reason"

@@ -15,10 +15,10 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from gateway.api.auth import check_admin
-from gateway.api.errors import ApiError
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
 from gateway.routing.types import RouteOverride
+from gateway.wire.errors import ApiError
 
 
 async def state(request: web.Request) -> web.Response:

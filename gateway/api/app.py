@@ -21,8 +21,6 @@ from aiohttp import web
 
 from gateway.api import admin, routes
 from gateway.api.completions import chat_completions, completions
-from gateway.api.errors import ApiError, error_response
-from gateway.api.headers import REQUEST_ID, request_id
 from gateway.api.state import STATE, GatewayState
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
@@ -31,6 +29,8 @@ from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
 from gateway.telemetry.wiring import attach_models, with_scrape_telemetry
+from gateway.wire.errors import ApiError, error_response
+from gateway.wire.headers import REQUEST_ID, request_id
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from pydantic import SecretStr
 
-from gateway.api.errors import ApiError
+from gateway.wire.errors import ApiError
 
 
 def bearer_token(request: web.Request) -> str | None:

@@ -20,9 +20,9 @@ import json
 import re
 from typing import Any
 
-from gateway.api.errors import ApiError
 from gateway.api.features import parse_json
 from gateway.config.models import ServerConfig
+from gateway.wire.errors import ApiError
 
 ALLOWED_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate", "br"})
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)

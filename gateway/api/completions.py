@@ -1,27 +1,36 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``: validate, decide, forward, learn."""
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: validate, decide, forward, learn.
+
+The handler is a sequence of named steps (:meth:`Exchange.serve`); :class:`Exchange`
+carries what the steps learn about the request and what the request reports when it ends
+(status, error, token counts, the model label), so that every way out of the handler,
+refusals, errors and client disconnects included, is accounted for once.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.api.auth import check_client, check_model_access
 from gateway.api.body import check_content_encoding, parse_body
-from gateway.api.errors import ApiError, error_response
-from gateway.api.features import CHAT, COMPLETIONS, model_name, parse_request
-from gateway.api.headers import REASON, REQUEST_ID, ROUTE, request_id
+from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
+from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.forward import ProxyCall
-from gateway.proxy.learning import learn_with_lookup, observe, wants_lookup
+from gateway.proxy.result import ProxyResult
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Decision, Reason, RequestFeatures, Route
 from gateway.telemetry.hooks import RequestTelemetry
+from gateway.wire.errors import ApiError, error_response
+from gateway.wire.headers import REASON, REQUEST_ID, ROUTE, request_id
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +38,249 @@ log = logging.getLogger(__name__)
 BODY_TIMEOUT_S = 30.0  # a client trickling its body must not hold a concurrency slot for ever
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, CHAT)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, COMPLETIONS)
+
+
+async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
+    ex = Exchange.begin(request, endpoint)
+    refusal = overloaded(ex.st)
+    if refusal is not None:
+        return ex.refuse(refusal)
+    ex.st.inflight += 1
+    try:
+        return await ex.serve()
+    except ApiError as exc:
+        return ex.failed(exc)
+    except (asyncio.CancelledError, ConnectionResetError):
+        ex.status, ex.error = 499, "client_disconnected"
+        raise
+    finally:
+        ex.close()
+
+
+class Refusal(NamedTuple):
+    """A request turned away before it holds a slot: the error and its telemetry label."""
+
+    error: ApiError
+    label: str
+
+
+def overloaded(st: GatewayState) -> Refusal | None:
+    """Admission: None when the gateway takes the request (not draining, under its limit)."""
+    if st.draining:
+        err = ApiError(
+            503,
+            "the gateway is shutting down; retry on another instance",
+            code="shutting_down",
+            headers={"Retry-After": "1", "Connection": "close"},
+        )
+        return Refusal(err, "shutting_down")
+    if st.inflight >= st.config.server.max_concurrency:
+        err = ApiError(
+            429,
+            "the gateway is at its concurrency limit; retry shortly",
+            code="too_many_requests",
+            headers={"Retry-After": "1"},
+        )
+        return Refusal(err, "concurrency_limit")
+    return None
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request through the handler, from admission to the accounting at its end."""
+
+    st: GatewayState
+    request: web.Request
+    endpoint: str
+    rid: str
+    started: float
+    headers: CIMultiDict[str]  # sent with every error (x-request-id, then the route)
+    # What the request reports when it ends (telemetry ``finished``).
+    model: str = "unknown"  # the label: the model's name once it is admitted
+    status: int = 500
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    tel: RequestTelemetry | None = None
+    counted: ModelRuntime | None = None  # the model whose in-flight count this request holds
+
+    @classmethod
+    def begin(cls, request: web.Request, endpoint: str) -> Exchange:
+        started = time.monotonic()
+        rid = request_id(request.headers.get(REQUEST_ID))
+        return cls(request.app[STATE], request, endpoint, rid, started, CIMultiDict({REQUEST_ID: rid}))
+
+    # -- the steps, in order -------------------------------------------------------------
+    async def serve(self) -> web.StreamResponse:
+        """Admitted: authenticate, read, find the model, parse, decide, forward, learn."""
+        server = self.st.config.server
+        self.authenticate()  # before reading the body
+        raw = await read_body(self.request, server.max_body_bytes)
+        body = await parse_body(raw, server)
+        mrt = self.admit_model(model_name(body))
+        parsed = parse_request(
+            body,
+            self.endpoint,
+            self.request.headers.get(ROUTE),
+            allow_override=mrt.config.routing.allow_client_override,
+        )
+        self.tel = tel = self.start_telemetry()
+        decision = self.decide(mrt, parsed.features, tel)
+        # Decide now whether this answer feeds the realised-lookup learning (bounded rate):
+        # only then is its text collected, which costs a JSON parse per stream event.
+        collect = bool(parsed.prompt_text) and self.st.lookup_budget(self.model).take()
+        result = await self.forward(mrt, parsed, decision, raw, tel, collect=collect)
+        self.account(result)
+        self.learn(mrt, parsed, decision, result, collect=collect)
+        return result.response
+
+    def authenticate(self) -> None:
+        """The client's key, when every model needs one (model keys are checked per model)."""
+        st = self.st
+        if st.client_keys and not st.open_models:
+            check_client(self.request, st.client_keys)
+
+    def admit_model(self, name: str) -> ModelRuntime:
+        """The model the body names: access (its keys), existence, its own concurrency
+        limit. Holds a slot of the model from here on (released by :meth:`close`)."""
+        st = self.st
+        mrt = st.models.get(name)
+        check_model_access(
+            self.request,
+            name,
+            None if mrt is None else mrt.config.api_keys,
+            st.config.server.api_keys,
+            st.client_keys,
+        )
+        if mrt is None:  # no keys configured: nothing to hide
+            raise ApiError(
+                404,
+                f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
+                param="model",
+                code="model_not_found",
+            )
+        limit = mrt.config.max_concurrency
+        if limit is not None and mrt.inflight >= limit:
+            raise ApiError(
+                429,
+                f"model '{name}' is at its concurrency limit; retry shortly",
+                code="too_many_requests",
+                headers={"Retry-After": "1"},
+            )
+        mrt.inflight += 1
+        self.counted = mrt
+        self.model = name
+        return mrt
+
+    def start_telemetry(self) -> RequestTelemetry:
+        return self.st.telemetry.start_request(self.model, self.endpoint, self.rid, self.request.headers)
+
+    def decide(self, mrt: ModelRuntime, features: RequestFeatures, tel: RequestTelemetry) -> Decision:
+        """The policy's decision, timed; its route and reason go into the response headers."""
+        t0 = time.perf_counter()
+        decision = choose_route(mrt, self.model, features)
+        decision_s = time.perf_counter() - t0
+        self.headers[ROUTE] = decision.route.value
+        self.headers[REASON] = decision.reason
+        try:
+            tel.decided(features, decision, decision_s)
+        except Exception:
+            log.exception("telemetry decided failed")
+        return decision
+
+    async def forward(
+        self,
+        mrt: ModelRuntime,
+        parsed: ParsedRequest,
+        decision: Decision,
+        raw: bytes,
+        tel: RequestTelemetry,
+        *,
+        collect: bool,
+    ) -> ProxyResult:
+        """Relay to the engine chosen (failover included); the proxy gets all it needs here."""
+        call = ProxyCall(
+            request=self.request,
+            body=parsed.body,
+            endpoint=self.endpoint,
+            client_model=self.model,
+            stream=parsed.features.stream,
+            include_usage=parsed.include_usage,
+            decision=decision,
+            model=mrt.config,
+            engines=mrt.engines,
+            pool=self.st.pool,
+            telemetry=tel,
+            request_id=self.rid,
+            started=self.started,
+            collect_text=collect,
+            raw=raw,
+            forward_headers=self.st.forward_headers,
+            streams=self.st.streams,
+        )
+        return await call.run()
+
+    def account(self, result: ProxyResult) -> None:
+        self.status = result.status
+        self.error = result.error
+        self.prompt_tokens = result.harvest.prompt_tokens
+        self.completion_tokens = result.harvest.completion_tokens
+
+    def learn(
+        self,
+        mrt: ModelRuntime,
+        parsed: ParsedRequest,
+        decision: Decision,
+        result: ProxyResult,
+        *,
+        collect: bool,
+    ) -> None:
+        """Feed the answer to the policy: with the realised lookup (in the background) when
+        this answer is a lookup sample, else at once."""
+        features = parsed.features
+        if collect and wants_lookup(result):
+            self.st.spawn(
+                learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=self.started)
+            )
+        else:
+            observe(mrt, features, decision, result, started=self.started)
+
+    # -- the ways out ----------------------------------------------------------------------
+    def refuse(self, refusal: Refusal) -> web.Response:
+        """Turned away at admission: reported at once (no slot was taken)."""
+        self.start_telemetry().finished(refusal.error.status, error=refusal.label)
+        return error_response(refusal.error, self.headers)
+
+    def failed(self, exc: ApiError) -> web.Response:
+        self.status, self.error = exc.status, exc.code or exc.type
+        return error_response(exc, self.headers)
+
+    def close(self) -> None:
+        """Release the slots this request held and report how it ended."""
+        if self.counted is not None:
+            self.counted.inflight -= 1
+        self.st.request_done()
+        if self.tel is None:
+            self.tel = self.start_telemetry()
+        try:
+            self.tel.finished(
+                self.status,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens,
+                error=self.error,
+            )
+        except Exception:
+            log.exception("telemetry finished failed")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, bounded in size (413), encoding (415/400) and time (408)."""
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
     check_content_encoding(request.headers.get("Content-Encoding"))
@@ -50,153 +301,12 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         ) from None
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, CHAT)
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, COMPLETIONS)
-
-
-async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
-    st = request.app[STATE]
-    started = time.monotonic()
-    rid = request_id(request.headers.get(REQUEST_ID))
-    headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: rid})
-    tel: RequestTelemetry | None = None
-    model = "unknown"
-    status = 500
-    error: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    if st.draining:
-        err = ApiError(
-            503,
-            "the gateway is shutting down; retry on another instance",
-            code="shutting_down",
-            headers={"Retry-After": "1", "Connection": "close"},
-        )
-        _telemetry(st, model, endpoint, rid, request).finished(503, error="shutting_down")
-        return error_response(err, headers)
-    if st.inflight >= st.config.server.max_concurrency:
-        err = ApiError(
-            429,
-            "the gateway is at its concurrency limit; retry shortly",
-            code="too_many_requests",
-            headers={"Retry-After": "1"},
-        )
-        _telemetry(st, model, endpoint, rid, request).finished(429, error="concurrency_limit")
-        return error_response(err, headers)
-    st.inflight += 1
-    counted: ModelRuntime | None = None
-    try:
-        server_keys = st.config.server.api_keys
-        if st.client_keys and not st.open_models:
-            check_client(request, st.client_keys)  # before reading the body
-        raw = await _read_body(request, st.config.server.max_body_bytes)
-        body = await parse_body(raw, st.config.server)
-        name = model_name(body)
-        mrt = st.models.get(name)
-        check_model_access(
-            request, name, None if mrt is None else mrt.config.api_keys, server_keys, st.client_keys
-        )
-        if mrt is None:  # no keys configured: nothing to hide
-            raise ApiError(
-                404,
-                f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
-                param="model",
-                code="model_not_found",
-            )
-        limit = mrt.config.max_concurrency
-        if limit is not None and mrt.inflight >= limit:
-            raise ApiError(
-                429,
-                f"model '{name}' is at its concurrency limit; retry shortly",
-                code="too_many_requests",
-                headers={"Retry-After": "1"},
-            )
-        mrt.inflight += 1
-        counted = mrt
-        model = name
-        parsed = parse_request(
-            body,
-            endpoint,
-            request.headers.get(ROUTE),
-            allow_override=mrt.config.routing.allow_client_override,
-        )
-        tel = _telemetry(st, model, endpoint, rid, request)
-        features = parsed.features
-        t0 = time.perf_counter()
-        decision = _decide(st, model, features)
-        decision_s = time.perf_counter() - t0
-        headers[ROUTE] = decision.route.value
-        headers[REASON] = decision.reason
-        try:
-            tel.decided(features, decision, decision_s)
-        except Exception:
-            log.exception("telemetry decided failed")
-        # Decide now whether this answer feeds the realised-lookup learning (bounded rate):
-        # only then is its text collected, which costs a JSON parse per stream event.
-        collect = bool(parsed.prompt_text) and st.lookup_budget(model).take()
-        call = ProxyCall(
-            request=request,
-            body=parsed.body,
-            endpoint=endpoint,
-            client_model=model,
-            stream=features.stream,
-            include_usage=parsed.include_usage,
-            decision=decision,
-            model=mrt.config,
-            engines=mrt.engines,
-            pool=st.pool,
-            telemetry=tel,
-            request_id=rid,
-            started=started,
-            collect_text=collect,
-            raw=raw,
-            forward_headers=st.forward_headers,
-        )
-        result = await call.run()
-        status = result.status
-        error = result.error
-        prompt_tokens = result.harvest.prompt_tokens
-        completion_tokens = result.harvest.completion_tokens
-        if collect and wants_lookup(result):
-            st.spawn(learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=started))
-        else:
-            observe(mrt, features, decision, result, started=started)
-        return result.response
-    except ApiError as exc:
-        status, error = exc.status, exc.code or exc.type
-        return error_response(exc, headers)
-    except (asyncio.CancelledError, ConnectionResetError):
-        status, error = 499, "client_disconnected"
-        raise
-    finally:
-        if counted is not None:
-            counted.inflight -= 1
-        st.request_done()
-        if tel is None:
-            tel = _telemetry(st, model, endpoint, rid, request)
-        try:
-            tel.finished(
-                status, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, error=error
-            )
-        except Exception:
-            log.exception("telemetry finished failed")
-
-
-def _telemetry(
-    st: GatewayState, model: str, endpoint: str, rid: str, request: web.Request
-) -> RequestTelemetry:
-    return st.telemetry.start_request(model, endpoint, rid, request.headers)
-
-
 _SAFE_POLICY = FixedPolicy(Route.BASE)
 
 
-def _decide(st: GatewayState, model: str, features: RequestFeatures) -> Decision:
-    mrt = st.models[model]
+def choose_route(mrt: ModelRuntime, model: str, features: RequestFeatures) -> Decision:
+    """The model's policy decides; a policy that raises costs the request nothing (the
+    plain engine, hard rules kept); no engine at all is a 503."""
     now = time.monotonic()
     view = mrt.view(now)
     try:

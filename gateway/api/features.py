@@ -11,9 +11,9 @@ import json
 import math
 from typing import Any
 
-from gateway.api.errors import ApiError
 from gateway.pipeline import request as pipeline
 from gateway.pipeline.request import CHAT, COMPLETIONS, MAX_PROMPT_TEXT, BadRequest, ParsedRequest
+from gateway.wire.errors import ApiError
 
 __all__ = [
     "CHAT",

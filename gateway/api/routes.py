@@ -10,9 +10,9 @@ import aiohttp
 from aiohttp import web
 
 from gateway.api.auth import bearer_token, check_client, is_admin, key_matches, may_see_model
-from gateway.api.errors import ApiError
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import EngineRuntime
+from gateway.wire.errors import ApiError
 
 READY_CACHE_S = 1.0
 

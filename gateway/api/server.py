@@ -30,9 +30,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway.api.errors import error_body
-from gateway.api.headers import REQUEST_ID, new_request_id
 from gateway.api.state import STATE
+from gateway.wire.errors import error_body
+from gateway.wire.headers import REQUEST_ID, new_request_id
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from gateway.api.learning import SampleBudget
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
-from gateway.proxy.learning import SampleBudget
 from gateway.proxy.pool import UpstreamPool
+from gateway.proxy.stream import SHUTDOWN
 from gateway.telemetry.hooks import Telemetry
-
-SHUTDOWN = "specgate: shutdown grace period over"  # cancel message of streams cut on shutdown
 
 
 @dataclass

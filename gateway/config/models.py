@@ -124,7 +124,7 @@ class ServerConfig(_Strict):
     @field_validator("forward_headers")
     @classmethod
     def _forward_headers(cls, v: list[str]) -> list[str]:
-        from gateway.api.headers import check_forwardable
+        from gateway.wire.headers import check_forwardable
 
         return [check_forwardable(name) for name in v]
 

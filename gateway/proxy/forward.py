@@ -18,7 +18,6 @@ import functools
 import io
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,24 +26,23 @@ from typing import Any
 import aiohttp
 import yarl
 from aiohttp import web
-from multidict import CIMultiDict
 
-from gateway.api.errors import ApiError, error_body
-from gateway.api.headers import ENGINE, REASON, REQUEST_ID, ROUTE, downstream_headers, upstream_headers
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
+from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
-from gateway.proxy.sse import Harvest, Patterns, model_patterns, rewrite_model
+from gateway.proxy.sse import Harvest
 from gateway.proxy.stream import StreamRelay
 from gateway.routing.types import Decision, Reason
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.logthrottle import LogThrottle
+from gateway.wire.errors import ApiError, error_body
+from gateway.wire.headers import REQUEST_ID, downstream_headers, upstream_headers
 
 log = logging.getLogger(__name__)
 
-MAX_UPSTREAM_BODY = 64 * 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
@@ -53,7 +51,9 @@ _THROTTLE = LogThrottle(5.0)  # one failover warning per engine and error kind p
 
 
 @dataclass(slots=True)
-class ProxyCall(StreamRelay):
+class ProxyCall(StreamRelay, BodyRelay):
+    """One request forwarded: everything it needs is passed in (nothing is read from the app)."""
+
     request: web.Request
     body: dict[str, Any]
     endpoint: str
@@ -70,6 +70,7 @@ class ProxyCall(StreamRelay):
     collect_text: bool = True  # keep the completion text for learning (costs a JSON parse per event)
     raw: bytes = b""  # the client's body as received (spliced, not re-serialised, when exact)
     forward_headers: frozenset[str] = frozenset()  # server.forward_headers (beyond the allow-list)
+    streams: set[asyncio.Task[Any]] | None = None  # where a relaying stream registers (shutdown cuts it)
 
     async def run(self) -> ProxyResult:
         d = self.decision
@@ -131,18 +132,7 @@ class ProxyCall(StreamRelay):
             status=503, body=json.dumps(err.body()).encode(), content_type="application/json", headers=headers
         )
 
-    def _patterns(self, rt: EngineRuntime) -> Patterns:
-        return model_patterns(rt.config.served_model_name, self.client_model)
-
     # -- one attempt -------------------------------------------------------------------
-    def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
-        h: CIMultiDict[str] = CIMultiDict()
-        h[REQUEST_ID] = self.request_id
-        h[ROUTE] = rt.route.value
-        h[REASON] = reason or ""
-        h[ENGINE] = rt.name
-        return h
-
     def _payload(self, rt: EngineRuntime) -> bytes:
         served = rt.config.served_model_name
         if self.raw:
@@ -167,29 +157,6 @@ class ProxyCall(StreamRelay):
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             return t.total_s  # unbounded answer: only the total bounds it
         return t.first_byte_s + min(n, 1_000_000) * t.nonstream_token_s
-
-    def _fail(
-        self,
-        rt: EngineRuntime,
-        error: str,
-        status: int,
-        message: str,
-        reason: str | None,
-        *,
-        blame: bool = True,
-    ) -> Retryable:
-        if blame:
-            rt.record_failure(error)
-        code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
-        err = ApiError(status, message, code=code)
-        headers = self._client_headers(rt, reason)
-        resp = web.Response(
-            status=status,
-            body=json.dumps(err.body()).encode(),
-            content_type="application/json",
-            headers=headers,
-        )
-        return Retryable(error, resp)
 
     async def _attempt(self, rt: EngineRuntime, attempt: int, deadline: float, result: ProxyResult) -> None:
         loop = asyncio.get_running_loop()
@@ -294,69 +261,6 @@ class ProxyCall(StreamRelay):
             )
         raise Retryable("status_5xx", out)
 
-    # -- non-streaming ---------------------------------------------------------------
-    async def _relay_body(
-        self,
-        rt: EngineRuntime,
-        resp: aiohttp.ClientResponse,
-        deadline: float,
-        result: ProxyResult,
-        *,
-        total: bool = False,
-    ) -> None:
-        with self._upstream_read(
-            rt,
-            result,
-            timeout_error="first_byte_timeout",
-            timeout_message=f"engine {rt.name} did not finish in time",
-            what="response",
-            total=total,
-        ):
-            if resp.content.is_eof():  # the whole body came with the headers: no timer needed
-                data = await _read_body(resp.content)
-            else:
-                async with asyncio.timeout_at(deadline):
-                    data = await _read_body(resp.content)
-        if len(data) > MAX_UPSTREAM_BODY:
-            raise self._fail(
-                rt, "too_large", 502, f"engine {rt.name} sent an oversized response", result.reason
-            )
-        headers = self._client_headers(rt, result.reason)
-        headers.update(downstream_headers(resp.headers))
-        ctype = resp.headers.get("Content-Type", "application/json")
-        is_json = ctype.startswith("application/json")
-        fast = _fast_body(data, result.harvest, self._patterns(rt), resp.status == 200) if is_json else None
-        if fast is not None:
-            data = fast
-        elif is_json:
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                obj = None
-            if isinstance(obj, dict):
-                result.harvest.take(obj)
-                if resp.status == 200:
-                    data = rewrite_model(data, self._patterns(rt), obj, self.client_model)
-        headers["Content-Type"] = ctype
-        result.response = web.Response(status=resp.status, body=data, headers=headers)
-        result.status = resp.status
-        result.ok = resp.status == 200 and result.harvest.error is None
-        if resp.status != 200:
-            result.error = f"status_{resp.status}"
-
-    # -- streaming ---------------------------------------------------------------------
-
-
-async def _read_body(content: aiohttp.StreamReader) -> bytes:
-    """The body, up to one byte past MAX_UPSTREAM_BODY (so an oversized one is detected)."""
-    data = await content.read(MAX_UPSTREAM_BODY + 1)
-    while len(data) <= MAX_UPSTREAM_BODY and not content.at_eof():
-        more = await content.read(MAX_UPSTREAM_BODY + 1 - len(data))
-        if not more:
-            break
-        data += more
-    return data
-
 
 @functools.lru_cache(maxsize=256)
 def _upstream_url(base: str, endpoint: str) -> yarl.URL:
@@ -371,31 +275,6 @@ def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     # connection (the pool is unbounded, so nothing waits for a slot; DNS is bounded by
     # the first-byte deadline around the whole call).
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
-
-
-_USAGE_RE = re.compile(rb'"(prompt_tokens|completion_tokens)":\s*(\d+)')
-
-
-def _fast_body(data: bytes, h: Harvest, patterns: Patterns, rename: bool) -> bytes | None:
-    """A non-streaming answer that is not a learning sample: read the usage and rename the
-    model without a JSON round trip. None (the caller parses) for errors, per-request
-    metrics, or when the model field is not where engines' JSON encoders put it."""
-    if h.collect_text or b'"error"' in data or b'"metrics"' in data or not data.startswith(b"{"):
-        return None
-    for old, new in patterns:  # noqa: B007 - the match is used after the loop
-        if old in data:
-            break
-    else:
-        return None
-    usage = data.rfind(b'"usage"')
-    if usage < 0:
-        return None
-    for key, value in _USAGE_RE.findall(data, usage):
-        if key == b"prompt_tokens":
-            h.prompt_tokens = int(value)
-        else:
-            h.completion_tokens = int(value)
-    return data.replace(old, new, 1) if rename else data
 
 
 def _is_json_error(body: bytes) -> bool:

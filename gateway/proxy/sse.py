@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.wire.errors import error_body
+
 DONE = b"data: [DONE]\n\n"
 MAX_COMPLETION_CHARS = 32 * 1024  # completion text kept for learning
 
@@ -104,5 +106,5 @@ class Harvest:
 
 
 def error_event(message: str, code: int = 502, type_: str = "upstream_error") -> bytes:
-    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    """A ``data:`` event carrying an error in OpenAI's shape (a stream that broke)."""
+    return b"data: " + json.dumps(error_body(message, type_, code, None)).encode() + b"\n\n"

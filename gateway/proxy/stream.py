@@ -9,24 +9,20 @@ client ends with ``data: {"error": ...}`` and ``data: [DONE]``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
-from gateway.api.headers import downstream_headers
-from gateway.api.state import SHUTDOWN, STATE
-from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
-from gateway.proxy.result import ProxyResult, Retryable
-from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, model_patterns, rewrite_model
-from gateway.telemetry.hooks import RequestTelemetry
+from gateway.proxy.relay import Relay
+from gateway.proxy.result import ProxyResult
+from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
 from gateway.telemetry.logthrottle import LogThrottle
+from gateway.wire.headers import downstream_headers
 
 log = logging.getLogger(__name__)
 _THROTTLE = LogThrottle(5.0)  # one stalled-client warning per 5 s
@@ -34,69 +30,19 @@ _THROTTLE = LogThrottle(5.0)  # one stalled-client warning per 5 s
 MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks the stream
 
 
-class StreamRelay:
+# Cancel message of a relaying handler cut at shutdown (``task.cancel(SHUTDOWN)``): the
+# relay then sends the client an error event and ``[DONE]`` before closing.
+SHUTDOWN = "specgate: shutdown grace period over"
+
+
+class StreamRelay(Relay):
     """Mixin of :class:`gateway.proxy.forward.ProxyCall`: the streaming half of an attempt."""
 
     __slots__ = ()
 
-    request: web.Request
-    client_model: str
-    include_usage: bool
-    model: ModelConfig
-    telemetry: RequestTelemetry
-
-    def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
-        raise NotImplementedError
-
-    def _fail(
-        self,
-        rt: EngineRuntime,
-        error: str,
-        status: int,
-        message: str,
-        reason: str | None,
-        *,
-        blame: bool = True,
-    ) -> Retryable:
-        raise NotImplementedError
-
-    @contextlib.contextmanager
-    def _upstream_read(
-        self,
-        rt: EngineRuntime,
-        result: ProxyResult,
-        *,
-        timeout_error: str,
-        timeout_message: str,
-        what: str,
-        total: bool = False,
-    ) -> Iterator[None]:
-        """Map a failed read from the engine (before anything reached the client) to a
-        retryable 504 (``timeout_error``) or 502 (the engine dropped the ``what``).
-
-        ``total``: the deadline was the request's total, not the engine's own budget (an
-        earlier attempt used the rest): its expiry is not held against this engine."""
-        try:
-            yield
-        except TimeoutError:
-            if total:
-                raise self._fail(
-                    rt,
-                    "total_timeout",
-                    504,
-                    "request exceeded its total time limit",
-                    result.reason,
-                    blame=False,
-                ) from None
-            raise self._fail(rt, timeout_error, 504, timeout_message, result.reason) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._fail(
-                rt,
-                "disconnected",
-                502,
-                f"engine {rt.name} dropped the {what} ({type(exc).__name__})",
-                result.reason,
-            ) from None
+    # Where a relaying task registers itself while it streams (so that shutdown can cut
+    # it with :data:`SHUTDOWN`); None: nobody cuts streams.
+    streams: set[asyncio.Task[Any]] | None
 
     async def _relay_stream(
         self,
@@ -132,7 +78,7 @@ class StreamRelay:
         result.response = out
         result.status = 200
         await out.prepare(self.request)
-        streams = self.request.app[STATE].streams if STATE in self.request.app else None
+        streams = self.streams
         task = asyncio.current_task()
         if streams is not None and task is not None:
             streams.add(task)
@@ -159,7 +105,7 @@ class StreamRelay:
         t = self.model.timeouts
         content = resp.content
 
-        patterns = model_patterns(rt.config.served_model_name, self.client_model)
+        patterns = self._patterns(rt)
         harvest = result.harvest
         swallow_usage = not self.include_usage
         buf = b""

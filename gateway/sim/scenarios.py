@@ -3,7 +3,7 @@
 A :class:`Phase` lasts ``duration_s`` seconds; its arrival rate is constant or ramps
 linearly from ``start_qps`` to ``end_qps``; its requests come from the workload corpus with
 a kind ``mix`` (``None``: the corpus default) and a temperature spec. Load shapes use the
-shared schedule grammar of :mod:`gateway.bench.schedule` (``ramp:0.5-32:300,32:60``), so a
+shared schedule grammar of :mod:`gateway.workload.schedule` (``ramp:0.5-32:300,32:60``), so a
 ``--schedule`` on the command line and a named scenario are one mechanism.
 
 Arrivals are a Poisson process of time-varying rate, drawn by thinning: candidates at the
@@ -20,8 +20,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from gateway.bench.schedule import Schedule, parse_schedule
 from gateway.workload import WorkloadRequest, iter_requests
+from gateway.workload.schedule import Schedule, parse_schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def phases_from_schedule(
 
 
 def from_schedule(spec: str, mix: str | None = None, temperature: str | None = None) -> Scenario:
-    """A scenario from a ``--schedule`` spec (see :mod:`gateway.bench.schedule`); ValueError if bad."""
+    """A scenario from a ``--schedule`` spec (see :mod:`gateway.workload.schedule`); ValueError if bad."""
     phases = phases_from_schedule(parse_schedule(spec), mix, temperature)
     if all(p.peak_qps <= 0 for p in phases):
         raise ValueError(f"schedule {spec!r} never sends a request")

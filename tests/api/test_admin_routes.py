@@ -13,7 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 from pydantic import SecretStr
 
 from gateway.api.auth import check_admin, is_loopback
-from gateway.api.errors import ApiError
+from gateway.wire.errors import ApiError
 from tests.proxy.fake_engine import FakeEngine
 from tests.proxy.harness import harness
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 import gateway.api.body as body_mod
-from gateway.api.errors import ApiError
+from gateway.wire.errors import ApiError
 from tests.proxy.harness import harness
 
 REQ = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.9}

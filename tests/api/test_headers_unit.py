@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from gateway.api.headers import downstream_headers, new_request_id, request_id, upstream_headers
+from gateway.wire.headers import downstream_headers, new_request_id, request_id, upstream_headers
 
 
 def test_generated_request_ids_are_unique_hex() -> None:
@@ -54,7 +54,7 @@ def test_only_allow_listed_client_headers_go_upstream() -> None:
 
 
 def test_forward_headers_setting_refuses_credentials_and_framing() -> None:
-    from gateway.api.headers import check_forwardable
+    from gateway.wire.headers import check_forwardable
 
     assert check_forwardable(" X-Tenant ") == "x-tenant"
     for bad in (

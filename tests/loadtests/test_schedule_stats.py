@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from gateway.bench.schedule import PoissonPacer, parse_schedule
 from gateway.bench.stats import RequestRecord, percentile, summarize
+from gateway.workload.schedule import PoissonPacer, parse_schedule
 
 
 def test_step_schedule() -> None:

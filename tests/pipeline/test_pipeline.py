@@ -9,12 +9,12 @@ import pytest
 
 from gateway.api.features import parse_json
 from gateway.api.features import parse_request as gateway_parse
+from gateway.api.learning import lookup_settings
 from gateway.config import load_config
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import ModelRuntime
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome
 from gateway.pipeline.request import CHAT
-from gateway.proxy.learning import lookup_settings
 from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Route

@@ -243,7 +243,7 @@ async def test_a_failing_policy_decide_falls_back_to_the_plain_engine() -> None:
 
 
 def test_lookup_sample_budget_bounds_learning_cpu() -> None:
-    from gateway.proxy.learning import SampleBudget
+    from gateway.api.learning import SampleBudget
 
     b = SampleBudget(rate=2.0, burst=2.0)
     b.last = 0.0

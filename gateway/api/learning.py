@@ -1,5 +1,10 @@
-"""After a response: build the :class:`Outcome` (the shared pipeline's
-:func:`~gateway.pipeline.outcome.build_outcome`) and feed it to the policy. Never fails a request."""
+"""After a response: the gateway's learning step.
+
+What the relay saw (:class:`~gateway.proxy.result.ProxyResult`) becomes the pipeline's
+:class:`~gateway.pipeline.outcome.Answer`, the shared pipeline's
+:func:`~gateway.pipeline.outcome.build_outcome` turns it into an :class:`Outcome`, and the
+model's policy observes it. The proxy only relays; deciding what an answer teaches the
+policy happens here, after it. Never fails a request."""
 
 from __future__ import annotations
 

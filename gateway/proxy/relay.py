@@ -1,0 +1,109 @@
+"""What both relays of an attempt share: the client's headers, and failures before the first byte.
+
+:class:`Relay` is the base of :class:`~gateway.proxy.stream.StreamRelay` (an engine's
+event stream) and :class:`~gateway.proxy.nonstream.BodyRelay` (a whole answer);
+:class:`~gateway.proxy.forward.ProxyCall` combines them with the attempt logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.config.models import ModelConfig
+from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.result import ProxyResult, Retryable
+from gateway.proxy.sse import Patterns, model_patterns
+from gateway.telemetry.hooks import RequestTelemetry
+from gateway.wire.errors import ApiError
+from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE
+
+
+class Relay:
+    """Base of the relays (no state of its own: :class:`~gateway.proxy.forward.ProxyCall` holds it)."""
+
+    __slots__ = ()
+
+    request: web.Request
+    client_model: str
+    include_usage: bool
+    model: ModelConfig
+    telemetry: RequestTelemetry
+    request_id: str
+
+    def _client_headers(self, rt: EngineRuntime, reason: str | None) -> CIMultiDict[str]:
+        h: CIMultiDict[str] = CIMultiDict()
+        h[REQUEST_ID] = self.request_id
+        h[ROUTE] = rt.route.value
+        h[REASON] = reason or ""
+        h[ENGINE] = rt.name
+        return h
+
+    def _patterns(self, rt: EngineRuntime) -> Patterns:
+        return model_patterns(rt.config.served_model_name, self.client_model)
+
+    def _fail(
+        self,
+        rt: EngineRuntime,
+        error: str,
+        status: int,
+        message: str,
+        reason: str | None,
+        *,
+        blame: bool = True,
+    ) -> Retryable:
+        if blame:
+            rt.record_failure(error)
+        code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
+        err = ApiError(status, message, code=code)
+        headers = self._client_headers(rt, reason)
+        resp = web.Response(
+            status=status,
+            body=json.dumps(err.body()).encode(),
+            content_type="application/json",
+            headers=headers,
+        )
+        return Retryable(error, resp)
+
+    @contextlib.contextmanager
+    def _upstream_read(
+        self,
+        rt: EngineRuntime,
+        result: ProxyResult,
+        *,
+        timeout_error: str,
+        timeout_message: str,
+        what: str,
+        total: bool = False,
+    ) -> Iterator[None]:
+        """Map a failed read from the engine (before anything reached the client) to a
+        retryable 504 (``timeout_error``) or 502 (the engine dropped the ``what``).
+
+        ``total``: the deadline was the request's total, not the engine's own budget (an
+        earlier attempt used the rest): its expiry is not held against this engine."""
+        try:
+            yield
+        except TimeoutError:
+            if total:
+                raise self._fail(
+                    rt,
+                    "total_timeout",
+                    504,
+                    "request exceeded its total time limit",
+                    result.reason,
+                    blame=False,
+                ) from None
+            raise self._fail(rt, timeout_error, 504, timeout_message, result.reason) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                rt,
+                "disconnected",
+                502,
+                f"engine {rt.name} dropped the {what} ({type(exc).__name__})",
+                result.reason,
+            ) from None

@@ -4,9 +4,9 @@ One :class:`Engine` is one vLLM engine (one served model). It holds requests in 
 waiting queue and a running batch of at most ``max_num_seqs``; every *step* it
 admits waiting requests (prefill, chunked under ``max_num_batched_tokens``), lets
 each decoding request draft (speculative engines), and prices the step with a
-:class:`gateway.physics.StepTimeProfile`. Time is always passed in (seconds, any
-origin), so the same code runs in real time (:mod:`gateway.emulator.device` driver)
-and in virtual time (``gateway/sim``).
+:class:`gateway.physics.StepTimeProfile` (:mod:`gateway.emulator.stepcost`). Time is
+always passed in (seconds, any origin), so the same code runs in real time
+(:mod:`gateway.emulator.device` driver) and in virtual time (``gateway/sim``).
 
 Driving it by hand (what :class:`gateway.emulator.device.Device` does)::
 
@@ -48,7 +48,7 @@ from collections import deque
 from typing import cast
 
 from gateway.emulator.acceptance import curve_for, sample_accepted, synthetic_curve
-from gateway.emulator.drafting import apply_stop, draft_cost_ms, indexed_proposer, verify_text_drafts
+from gateway.emulator.drafting import apply_stop, indexed_proposer, verify_text_drafts
 from gateway.emulator.engine_types import (
     FINISH_REASONS,
     EngineConfig,
@@ -59,7 +59,7 @@ from gateway.emulator.engine_types import (
     StepPlan,
     TokenEvent,
 )
-from gateway.emulator.spec import k0_overhead
+from gateway.emulator.stepcost import price_step
 from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
 from gateway.physics import StepTimeProfile, get_profile
 from gateway.text import tokenize
@@ -267,30 +267,16 @@ class Engine:
             budget -= chunk
         if not entries:
             return None
-        prefill_tokens = sum(e.prefill for e in entries)
-        n_prefill = sum(1 for e in entries if e.prefill)
-        batch = n_dec + n_prefill
-        q = (dec_tokens + n_prefill) / batch
-        ctx = ctx_sum / n_dec if n_dec else float(max(1, prefill_tokens // max(1, n_prefill)))
-        prof = self.profile
-        step_ms = prof.step_ms(batch, q, ctx) + prof.prefill_ms(prefill_tokens)
-        draft_ms = 0.0
-        if spec is not None and k_now == 0:
-            # A Dynamic SD step at K=0 proposes nothing; what the speculative machinery still
-            # costs is the whole-step overhead vLLM issue 49548 measured against plain decoding.
-            step_ms *= 1.0 + k0_overhead(batch)
-        elif spec is not None and n_dec:
-            draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx)
-        total_ms = step_ms + draft_ms + self.step_overhead_ms
-        plan = StepPlan(
-            batch=batch,
-            q=q,
-            ctx=ctx,
-            prefill_tokens=prefill_tokens,
-            num_tokens=dec_tokens + prefill_tokens,
-            draft_ms=draft_ms,
-            duration_s=total_ms / 1e3,
-            entries=tuple(entries),
+        plan = price_step(
+            entries,
+            profile=self.profile,
+            spec=spec,
+            k_now=k_now,
+            n_dec=n_dec,
+            dec_tokens=dec_tokens,
+            ctx_sum=ctx_sum,
+            drafted_k=drafted_k,
+            overhead_ms=self.step_overhead_ms,
         )
         self._plan = plan
         return plan

@@ -161,7 +161,7 @@ class AdaptivePolicy:
         # its prefill and queue at work, which would weigh on either engine alike).
         other, chosen = (base, spec) if route is Route.SPEC else (spec, base)
         predicted: float | None = None
-        if not probe and other.inflight == 0 and not (chosen.waiting or 0.0) > 0:
+        if not probe and other.inflight == 0 and not (chosen.stats.waiting or 0.0) > 0:
             ms = own_spec_ms if route is Route.SPEC else costs.base_ms
             # Prompts being prefilled take their share of the device from every decode step,
             # on either engine alike (so the regimes' ratio does not need it; the absolute

@@ -24,7 +24,6 @@ from gateway.api.completions import chat_completions, completions
 from gateway.api.state import STATE, GatewayState
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
-from gateway.engines.stats import EngineStats
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
@@ -101,22 +100,8 @@ def build_app(
 
 
 def _scrape_sink(rt: EngineRuntime) -> Callable[[Any], None]:
-    def update(s: Any) -> None:
-        w = s.stats
-        rt.stats = EngineStats(
-            scraped_at=s.last_success if s.last_success is not None else 0.0,
-            ok=w is not None and s.last_success is not None,
-            error=s.last_error,
-            running=w.running if w else None,
-            waiting=w.waiting if w else None,
-            kv_usage=w.kv_usage if w else None,
-            acceptance_rate=w.acceptance_rate if w else None,
-            mean_acceptance_length=w.mean_acceptance_length if w else None,
-            per_position=tuple(w.per_position) if w and w.per_position else None,
-            tpot_s=w.tpot_s if w else None,
-            step_s=w.step_s if w else None,
-            tokens_per_step=w.tokens_per_step if w else None,
-        )
+    def update(s: Any) -> None:  # a gateway.engines.stats.ScrapeState
+        rt.scrape = s
 
     return update
 

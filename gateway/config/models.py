@@ -9,23 +9,12 @@ typo is an error, not a silently ignored setting.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from gateway.routing.config import RoutingConfig
-
-SpecMethod = Literal[
-    "ngram",
-    "ngram_gpu",
-    "suffix",
-    "draft_model",
-    "eagle",
-    "eagle3",
-    "mtp",
-    "medusa",
-    "mlp_speculator",
-]
+from gateway.specmethods import PROMPT_LOOKUP_METHODS, SpecMethod
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
@@ -192,7 +181,7 @@ class PairConfig(_Strict):
             raise ValueError("spec engine must declare k ≥ 1 (num_speculative_tokens)")
         if self.base.method is not None or self.base.k != 0:
             raise ValueError("base engine is the plain one: it must not declare 'method' or 'k'")
-        if self.spec.method in ("ngram", "ngram_gpu"):
+        if self.spec.method in PROMPT_LOOKUP_METHODS:
             if self.spec.prompt_lookup_min is None:
                 self.spec.prompt_lookup_min = 2 if self.spec.prompt_lookup_max is None else 1
             if self.spec.prompt_lookup_max is None:

@@ -6,13 +6,9 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
-from gateway.config.models import SpecMethod
-
-# vLLM's speculative methods: the same list the gateway's config accepts.
-METHODS: tuple[str, ...] = get_args(SpecMethod)
-TEXT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+from gateway.specmethods import LEGACY_NGRAM, METHODS, NGRAM_METHODS
 
 # Keys of vLLM's SpeculativeConfig that the emulator accepts (most only matter on a GPU).
 KNOWN_KEYS = frozenset(
@@ -86,7 +82,7 @@ class SpecConfig:
     @property
     def text_based(self) -> bool:
         """Drafts come from looking up the token sequence (n-gram / suffix)."""
-        return self.method in TEXT_METHODS
+        return self.method in NGRAM_METHODS
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.k}
@@ -161,7 +157,7 @@ def parse_spec_config(raw: str | dict[str, Any] | None) -> SpecConfig | None:
     method = data.get("method")
     if method is None:
         method = "draft_model" if data.get("model") else None
-    if method == "[ngram]":
+    if method == LEGACY_NGRAM:
         method = "ngram"
     if method not in METHODS:
         raise SpecConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")

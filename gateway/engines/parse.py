@@ -1,4 +1,5 @@
-"""Parse a vLLM ``/metrics`` page into the few numbers the router needs, and window them.
+"""Parse a vLLM ``/metrics`` page into the few numbers the router needs, and window them
+into the one :class:`~gateway.routing.types.EngineStats` record the router reads.
 
 Only the families the router reads are handed to ``prometheus_client``'s text parser:
 a line filter first drops everything else (a real page is ~50 KB, of which the router
@@ -16,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.routing.types import EngineStats
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -152,26 +155,6 @@ def parse_metrics(text: str, model_name: str | None = None) -> MetricsSample:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class WindowedStats:
-    """Windowed rates over the scrape history; ``None`` = unknown."""
-
-    at: float  # clock time of the newest sample
-    window_s: float  # span actually covered by the deltas (0 with a single sample)
-    running: float | None = None
-    waiting: float | None = None
-    kv_usage: float | None = None
-    acceptance_rate: float | None = None
-    mean_acceptance_length: float | None = None
-    per_position: tuple[float, ...] | None = None
-    tpot_s: float | None = None
-    step_s: float | None = None  # windowed mean inter-token latency (one step as requests see it)
-    tokens_per_step: float | None = None  # Δgeneration / (Δgeneration − Δaccepted), spec engines
-    drafts: float = 0.0  # Δdrafts in the window (how much evidence the rates rest on)
-    generation_tps: float | None = None
-    resets: int = 0  # counter resets (engine restarts) seen so far
-
-
 def _counters(s: MetricsSample) -> tuple[float | None, ...]:
     return (
         s.drafts,
@@ -199,7 +182,7 @@ class MetricsWindow:
     _hist: deque[tuple[float, MetricsSample]] = field(default_factory=deque)
     resets: int = 0
 
-    def add(self, now: float, sample: MetricsSample) -> WindowedStats:
+    def add(self, now: float, sample: MetricsSample) -> EngineStats:
         if self._hist and self._is_reset(self._hist[-1][1], sample):
             self._hist.clear()
             self.resets += 1
@@ -223,9 +206,9 @@ class MetricsWindow:
     def reset(self) -> None:
         self._hist.clear()
 
-    def stats(self) -> WindowedStats:
+    def stats(self) -> EngineStats:
         if not self._hist:
-            return WindowedStats(at=0.0, window_s=0.0, resets=self.resets)
+            return EngineStats(at=0.0, window_s=0.0, resets=self.resets)
         t1, new = self._hist[-1]
         t0, old = self._hist[0]
         span = t1 - t0
@@ -260,7 +243,7 @@ class MetricsWindow:
         tps = None
         if d_gen is not None and d_acc is not None and d_gen > d_acc >= 0 and d_gen >= self.min_tokens:
             tps = d_gen / (d_gen - d_acc)
-        return WindowedStats(
+        return EngineStats(
             at=t1,
             window_s=span,
             running=new.running,

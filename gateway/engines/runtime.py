@@ -3,9 +3,10 @@
 :class:`EngineRuntime` holds one engine's exact in-flight count (kept by the proxy),
 its passive health (consecutive connect/5xx failures take it out for a cooldown; one
 success brings it back), the active health flag set by the health checker, a draining
-flag, and the latest scraped :class:`~gateway.engines.stats.EngineStats`. It turns all
-that into the immutable :class:`~gateway.routing.types.EngineView` the routing core
-reads. :class:`ModelRuntime` groups a model's pairs, its policy and its pinned route.
+flag, and the scraper's latest :class:`~gateway.engines.stats.ScrapeState`. It turns
+all that into the immutable :class:`~gateway.routing.types.EngineView` the routing core
+reads (the scraped :class:`~gateway.routing.types.EngineStats` record as it is, or
+unknown when stale). :class:`ModelRuntime` groups a model's pairs, its policy and its pinned route.
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gateway.config.models import EngineConfig, ModelConfig
-from gateway.engines.stats import EngineStats
-from gateway.routing.types import EngineView, ModelView, PairView, Policy, Route, RouteOverride
+from gateway.engines.stats import ScrapeState
+from gateway.routing.types import (
+    UNKNOWN_STATS,
+    EngineView,
+    ModelView,
+    PairView,
+    Policy,
+    Route,
+    RouteOverride,
+)
 
 Clock = Callable[[], float]
 
@@ -51,7 +60,7 @@ class EngineRuntime:
         self._clock = clock
         self.inflight = 0
         self.draining = False
-        self.stats: EngineStats | None = None
+        self.scrape: ScrapeState | None = None  # the scraper's latest report (None: none yet)
         self.active_healthy = True  # set by the active health checker
         self.consecutive_failures = 0
         self.down_until: float | None = None
@@ -111,27 +120,18 @@ class EngineRuntime:
 
     # -- views -----------------------------------------------------------------------
     def view(self, now: float, stale_after_s: float) -> EngineView:
-        s = self.stats
-        stale = s is None or not s.ok or now - s.scraped_at > stale_after_s
-        fresh = None if stale else s
+        s = self.scrape
+        fresh = s.stats if s is not None and s.ok and now - s.scraped_at <= stale_after_s else None
         return EngineView(
             name=self.name,
             route=self.route,
             healthy=self.healthy(now),
             draining=self.draining,
-            stale=stale,
+            stale=fresh is None,
             inflight=self.inflight,
-            running=fresh.running if fresh else None,
-            waiting=fresh.waiting if fresh else None,
-            kv_usage=fresh.kv_usage if fresh else None,
-            acceptance_rate=fresh.acceptance_rate if fresh else None,
-            mean_acceptance_length=fresh.mean_acceptance_length if fresh else None,
-            per_position=fresh.per_position if fresh else None,
-            tpot_s=fresh.tpot_s if fresh else None,
             method=self.config.method,
             k=self.config.k,
-            step_s=fresh.step_s if fresh else None,
-            tokens_per_step=fresh.tokens_per_step if fresh else None,
+            stats=fresh if fresh is not None else UNKNOWN_STATS,
         )
 
     def state(self, now: float) -> dict[str, object]:
@@ -153,7 +153,7 @@ class EngineRuntime:
             "total_requests": self.total_requests,
             "total_failures": self.total_failures,
             "last_error": self.last_error,
-            "stats": self.stats.as_dict() if self.stats is not None else None,
+            "stats": self.scrape.as_dict() if self.scrape is not None else None,
         }
 
 

@@ -3,9 +3,10 @@
 One :class:`MetricsScraper` per engine polls ``GET {base_url}/metrics`` every
 ``interval_s`` over an injected :class:`aiohttp.ClientSession`, with a timeout, parses
 the page (:mod:`gateway.engines.parse`), and keeps a :class:`MetricsWindow` of counter
-deltas. The result is readable at any time as :meth:`MetricsScraper.current`, which
-marks data older than ``stale_after_s`` (or never scraped, or unparsable) as stale:
-stale data is unknown, never zero.
+deltas. The result, a :class:`~gateway.engines.stats.ScrapeState` around the parser's
+:class:`~gateway.routing.types.EngineStats`, is readable at any time as
+:meth:`MetricsScraper.current`, which marks data older than ``stale_after_s`` (or never
+scraped, or unparsable) as stale: stale data is unknown, never zero.
 
 Parsing a 50 KB page takes well under a millisecond after the line filter, so it runs
 on the event loop; pages larger than ``thread_parse_bytes`` are parsed in a thread.
@@ -17,59 +18,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import aiohttp
 
-from gateway.engines.parse import (
-    MetricsParseError,
-    MetricsSample,
-    MetricsWindow,
-    WindowedStats,
-    parse_metrics,
-)
+from gateway.engines.parse import MetricsParseError, MetricsSample, MetricsWindow, parse_metrics
 from gateway.engines.periodic import PeriodicWorker
+from gateway.engines.stats import ScrapeState
+from gateway.routing.types import EngineStats
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MAX_PAGE_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapeState:
-    """What the router may use of one engine's scraped metrics right now."""
-
-    stats: WindowedStats | None
-    stale: bool
-    last_success: float | None
-    last_error: str | None
-    consecutive_failures: int
-    has_spec_metrics: bool
-    scrapes: int
-    # Wall seconds the last successful scrape took (GET + parse), for telemetry.
-    last_duration_s: float | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        s = self.stats
-        return {
-            "stale": self.stale,
-            "last_success": self.last_success,
-            "last_error": self.last_error,
-            "consecutive_failures": self.consecutive_failures,
-            "scrapes": self.scrapes,
-            "running": s.running if s else None,
-            "waiting": s.waiting if s else None,
-            "kv_usage": s.kv_usage if s else None,
-            "acceptance_rate": s.acceptance_rate if s else None,
-            "mean_acceptance_length": s.mean_acceptance_length if s else None,
-            "per_position": list(s.per_position) if s and s.per_position else None,
-            "tpot_s": s.tpot_s if s else None,
-            "step_s": s.step_s if s else None,
-            "tokens_per_step": s.tokens_per_step if s else None,
-            "window_s": s.window_s if s else None,
-            "resets": s.resets if s else 0,
-        }
 
 
 class MetricsScraper(PeriodicWorker):
@@ -101,7 +61,7 @@ class MetricsScraper(PeriodicWorker):
         self._thread_parse_bytes = thread_parse_bytes
         self._on_update = on_update
         self.window = MetricsWindow(window_s=window_s)
-        self._stats: WindowedStats | None = None
+        self._stats: EngineStats | None = None
         self._last_success: float | None = None
         self._last_error: str | None = None
         self._failures = 0

@@ -6,10 +6,12 @@
 
 from gateway.physics.profile import (
     PROFILE_NAMES,
+    Grid,
     GridProfile,
     RooflineProfile,
     StepTimeProfile,
     calibration_rows,
+    decode_grid,
     get_profile,
 )
 from gateway.physics.shared import SHARED_DEVICE_EFFICIENCY, SharedScenario, shared_gpu_scenarios
@@ -17,11 +19,13 @@ from gateway.physics.shared import SHARED_DEVICE_EFFICIENCY, SharedScenario, sha
 __all__ = [
     "PROFILE_NAMES",
     "SHARED_DEVICE_EFFICIENCY",
+    "Grid",
     "GridProfile",
     "RooflineProfile",
     "SharedScenario",
     "StepTimeProfile",
     "calibration_rows",
+    "decode_grid",
     "get_profile",
     "shared_gpu_scenarios",
 ]

@@ -35,14 +35,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-BASE_CTX = 1024
+from gateway.specmethods import DRAFT_MODEL, NGRAM_METHODS, ONE_PASS_METHODS
 
-# Drafting methods whose proposer is a small model or head run sequentially k times.
-_HEAD_METHODS = {"eagle", "eagle3", "mtp"}
-# Methods whose heads propose all k tokens in one pass.
-_ONE_PASS_METHODS = {"medusa", "mlp_speculator"}
-# CPU-only proposers (n-gram / suffix lookup): host time per step, no GPU work.
-_CPU_METHODS = {"ngram", "ngram_gpu", "suffix"}
+BASE_CTX = 1024
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
@@ -101,6 +96,14 @@ def calibration_rows(name: str = "h200-dense-steps.jsonl") -> tuple[dict[str, An
     return tuple(json.loads(line) for line in text.splitlines() if line.strip())
 
 
+def decode_grid(model: str = "qwen3-8b", ctx: int = BASE_CTX) -> Grid:
+    """The measured step times of ``model`` at ``ctx`` context (ms by batch x q), as shipped."""
+    grid = _grid(list(calibration_rows()), model, ctx)
+    if grid is None:
+        raise KeyError(f"no calibration rows for {model!r} at {ctx} context")
+    return grid
+
+
 class StepTimeProfile(ABC):
     """T(batch, q, ctx) for one target model on one GPU, plus drafting and prefill costs."""
 
@@ -136,14 +139,15 @@ class StepTimeProfile(ABC):
         """Milliseconds spent proposing ``k`` drafts for ``batch`` sequences with ``method``."""
         if k <= 0 or batch <= 0:
             return 0.0
-        if method in _CPU_METHODS:
+        if method in NGRAM_METHODS:  # host-only lookup: no GPU work
             return self.cpu_proposer_ms + self.cpu_proposer_ms_per_seq * batch
-        if method == "draft_model":
+        if method == DRAFT_MODEL:
             per_pass = self.small_model_step_ms(draft_model or "qwen3-0.6b", batch, ctx)
             return k * (per_pass + self.draft_pass_overhead_ms)
-        # EAGLE-style heads: about one decoder layer + LM head of the target per draft token.
+        # EAGLE-style heads: about one decoder layer + LM head of the target per draft token,
+        # run k times (HEAD_METHODS, and any method not in the vocabulary) or once.
         head = 0.07 * self.step_ms(batch, 1.0, ctx)
-        if method in _ONE_PASS_METHODS:
+        if method in ONE_PASS_METHODS:
             return head
         return k * head
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gateway.specmethods import NGRAM_METHODS
+
 TEMP_BUCKETS: tuple[float, ...] = (0.05, 0.35, 0.75)  # upper edges; above the last: bucket 3
-NGRAM_METHODS = frozenset({"ngram", "ngram_gpu", "suffix", "prompt_lookup"})
 
 # Per-position conditional acceptance at T=0, for model-based drafters (EAGLE-3 on code
 # ~.50/.40/.33 unconditional → conditional ≈ .50/.80/.83; draft models higher).

@@ -33,12 +33,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 
-from gateway.routing.acceptance import (
-    NGRAM_METHODS,
-    KindLearner,
-    ngram_prior,
-    prior_tokens_per_step,
-)
+from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_per_step
 from gateway.routing.calibration import LatencyBias
 from gateway.routing.config import RoutingConfig
 from gateway.routing.costmodel import RegimeCosts, regime_costs
@@ -56,6 +51,7 @@ from gateway.routing.types import (
     RequestFeatures,
     Route,
 )
+from gateway.specmethods import NGRAM_METHODS
 
 DEFAULT_K = 5
 # Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.
@@ -165,7 +161,7 @@ class AdaptivePolicy:
         # its prefill and queue at work, which would weigh on either engine alike).
         other, chosen = (base, spec) if route is Route.SPEC else (spec, base)
         predicted: float | None = None
-        if not probe and other.inflight == 0 and not (chosen.waiting or 0.0) > 0:
+        if not probe and other.inflight == 0 and not (chosen.stats.waiting or 0.0) > 0:
             ms = own_spec_ms if route is Route.SPEC else costs.base_ms
             # Prompts being prefilled take their share of the device from every decode step,
             # on either engine alike (so the regimes' ratio does not need it; the absolute

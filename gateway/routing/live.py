@@ -30,7 +30,7 @@ _MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at wo
 
 def engine_load(e: EngineView) -> float:
     """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
-    scraped = (e.running or 0.0) + (e.waiting or 0.0)
+    scraped = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
     return max(float(e.inflight), scraped)
 
 
@@ -88,8 +88,8 @@ class LiveCorrections:
         self.last_update = now
         spec, base = pair.spec, pair.base
         for e in (spec, base):
-            if not e.stale and e.waiting and e.running and e.running >= _MIN_CAP:
-                cap = e.running if math.isinf(self.batch_cap) else max(self.batch_cap, e.running)
+            if not e.stale and e.stats.waiting and e.stats.running and e.stats.running >= _MIN_CAP:
+                cap = e.stats.running if math.isinf(self.batch_cap) else max(self.batch_cap, e.stats.running)
                 self.batch_cap = cap
         raw = self._live_acceptance_ratio(spec)
         if raw is not None:
@@ -110,11 +110,11 @@ class LiveCorrections:
         """Live acceptance of the spec engine ÷ what the router expected of its traffic."""
         if spec.stale:
             return None
-        tps = spec.tokens_per_step
+        tps = spec.stats.tokens_per_step
         if tps is not None and self._expected_inv is not None and self._expected_inv < 0.98:
             expected = 1.0 / self._expected_inv
             return min(1.5, max(0.05, (tps - 1.0) / (expected - 1.0)))
-        al = spec.mean_acceptance_length
+        al = spec.stats.mean_acceptance_length
         if al is not None and self._expected_al is not None and self._expected_al > 1.02:
             return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
         return None
@@ -125,7 +125,7 @@ class LiveCorrections:
         From the counters: accepted/step = E − 1 and accepted/draft token = rate, so draft
         tokens/step = (E − 1) / rate.
         """
-        tps, rate, exp_q = spec.tokens_per_step, spec.acceptance_rate, self._expected_q
+        tps, rate, exp_q = spec.stats.tokens_per_step, spec.stats.acceptance_rate, self._expected_q
         if spec.stale or tps is None or not rate or rate <= 0 or exp_q is None or exp_q <= 1.02:
             return None
         drafted = (tps - 1.0) / rate
@@ -158,17 +158,17 @@ class LiveCorrections:
         hist.append((now, l_s, l_b, t_s, t_b))
         while hist and hist[0][0] < now - _FIT_WINDOW_S:
             hist.popleft()
-        key = (spec.step_s, base.step_s)
+        key = (spec.stats.step_s, base.stats.step_s)
         if key == self._last_view_key or len(hist) < 3:
             return
         self._last_view_key = key
-        if not base.stale and base.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
+        if not base.stale and base.stats.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
             w = sum(h[2] for h in hist)
             pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
-            ratio = base.step_s * 1000.0 / pred
+            ratio = base.stats.step_s * 1000.0 / pred
             self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
-        if not spec.stale and spec.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
+        if not spec.stale and spec.stats.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
             w = sum(h[1] for h in hist)
             pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
-            ratio = spec.step_s * 1000.0 / pred
+            ratio = spec.stats.step_s * 1000.0 / pred
             self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))

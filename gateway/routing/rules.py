@@ -39,7 +39,7 @@ class Preliminary:
 
 def _load(e: EngineView) -> float:
     # The gateway's own in-flight count is exact; scraped gauges lag. Use the larger.
-    running = (e.running or 0.0) + (e.waiting or 0.0)
+    running = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
     return max(float(e.inflight), running)
 
 

@@ -2,39 +2,40 @@
 each verifying ``q`` tokens (q = k + 1 on a speculative engine, 1 on a plain one).
 
 The calibration profiles live in :mod:`gateway.physics` (``get_profile(name)`` with
-``step_ms(batch, q, ctx)``). This module adapts one to the routing core, and carries a
-small built-in copy of the H200 Qwen3-8B table (the decode grid of
-``gateway/physics/data``) as a fallback, so the decision core never fails for want of a
-profile. The router treats it as a *prior* and corrects it online with measured step
-times (:mod:`gateway.routing.live`) and measured time per token
-(:mod:`gateway.routing.calibration`).
+``step_ms(batch, q, ctx)``). This module adapts one to the routing core. For a profile
+name it does not know it falls back to :class:`TableStepModel` over the H200 Qwen3-8B
+decode grid of ``gateway/physics/data`` (read through :func:`gateway.physics.decode_grid`),
+so the decision core never fails for want of a profile. The router treats it as a *prior*
+and corrects it online with measured step times (:mod:`gateway.routing.live`) and measured
+time per token (:mod:`gateway.routing.calibration`).
 """
 
 from __future__ import annotations
 
 import bisect
-import importlib
 import logging
-from typing import Any, Protocol
+from functools import cache
+from typing import Protocol
+
+from gateway import physics
+from gateway.physics import StepTimeProfile
+from gateway.specmethods import NGRAM_METHODS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PROFILE = "h200-qwen3-8b"
 
-# H200, Qwen3-8B shape, 1024-token context, CUDA-graph replay (ms per step).
-_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-_QS = (1, 2, 3, 4, 5, 6, 8)
-_H200_QWEN3_8B = (
-    (5.52, 5.80, 5.87, 5.88, 5.89, 5.90, 5.89),
-    (5.61, 5.90, 5.92, 5.92, 5.97, 5.98, 6.00),
-    (5.68, 5.93, 6.00, 6.01, 6.06, 6.07, 6.13),
-    (5.74, 6.03, 6.09, 6.15, 6.23, 6.27, 6.26),
-    (5.91, 6.27, 6.38, 6.37, 6.62, 6.74, 6.85),
-    (6.65, 7.03, 7.40, 7.54, 8.08, 8.90, 9.98),
-    (8.03, 8.85, 10.35, 11.67, 13.29, 15.28, 17.70),
-    (11.53, 14.47, 18.08, 20.46, 24.13, 26.96, 33.82),
-    (19.80, 26.27, 33.08, 39.78, 46.72, 53.52, 67.13),
-)
+Table = tuple[tuple[float, ...], ...]
+
+
+@cache
+def _h200_qwen3_8b() -> tuple[tuple[int, ...], tuple[int, ...], Table]:
+    """H200, Qwen3-8B, 1024-token context, CUDA-graph replay: ms per step by (batch, q).
+
+    The fallback has always read the grid at 0.01 ms resolution (far inside the spread of
+    the measurements); rounded here so that it keeps giving the same numbers."""
+    g = physics.decode_grid("qwen3-8b", 1024)
+    return g.batches, g.qs, tuple(tuple(round(ms, 2) for ms in row) for row in g.ms)
 
 
 class StepModel(Protocol):
@@ -53,9 +54,9 @@ class StepModel(Protocol):
 
 # Host time a speculative engine adds per step (rejection sampling, bookkeeping, async
 # scheduling off) and the n-gram proposer's own time, when no profile says otherwise.
-_SPEC_HOST_MS = 0.8
-_NGRAM_PROPOSER_MS = 0.15
-_NGRAM_PROPOSER_MS_PER_SEQ = 0.004
+_SPEC_HOST_MS = StepTimeProfile.spec_host_overhead_ms
+_NGRAM_PROPOSER_MS = StepTimeProfile.cpu_proposer_ms
+_NGRAM_PROPOSER_MS_PER_SEQ = StepTimeProfile.cpu_proposer_ms_per_seq
 _PREFILL_MS_PER_TOKEN = 0.0266  # Qwen3-8B on an H200 (the physics profile's figure)
 
 
@@ -76,11 +77,15 @@ class TableStepModel:
 
     def __init__(
         self,
-        batches: tuple[int, ...] = _BATCHES,
-        qs: tuple[int, ...] = _QS,
-        table: tuple[tuple[float, ...], ...] = _H200_QWEN3_8B,
+        batches: tuple[int, ...] | None = None,
+        qs: tuple[int, ...] | None = None,
+        table: Table | None = None,
     ) -> None:
-        self.batches, self.qs, self.table = batches, qs, table
+        """A grid of ``table[batch index][q index]``; by default the H200 Qwen3-8B one."""
+        dflt_b, dflt_q, dflt_t = _h200_qwen3_8b()
+        self.batches = dflt_b if batches is None else batches
+        self.qs = dflt_q if qs is None else qs
+        self.table = dflt_t if table is None else table
 
     def step_ms(self, batch: float, q: float) -> float:
         if batch <= 0:
@@ -96,7 +101,7 @@ class TableStepModel:
 
     def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
         b = max(batch, 1.0)
-        if method in ("ngram", "ngram_gpu", "suffix"):
+        if method in NGRAM_METHODS:
             return _SPEC_HOST_MS + _NGRAM_PROPOSER_MS + _NGRAM_PROPOSER_MS_PER_SEQ * b
         # Model drafters: roughly one small step per draft token (~7 % of a target step).
         return _SPEC_HOST_MS + 0.07 * k * self.step_ms(b, 1.0)
@@ -108,7 +113,7 @@ class TableStepModel:
 class _PhysicsAdapter:
     """A :mod:`gateway.physics` profile, memoised on a (batch, q) grid of quarter steps."""
 
-    def __init__(self, profile: Any, ctx: int) -> None:
+    def __init__(self, profile: StepTimeProfile, ctx: int) -> None:
         self._p, self._ctx = profile, float(ctx)
         self._cache: dict[tuple[float, float], float] = {}
 
@@ -138,9 +143,7 @@ class _PhysicsAdapter:
 def get_step_model(profile: str = DEFAULT_PROFILE, ctx: int = 1024) -> StepModel:
     """The named calibration profile from :mod:`gateway.physics`, or the built-in table."""
     try:
-        physics = importlib.import_module("gateway.physics")  # provided by the emulator package
-        prof = physics.get_profile(profile)
-        return _PhysicsAdapter(prof, ctx)
+        return _PhysicsAdapter(physics.get_profile(profile), ctx)
     except Exception as exc:
         if profile != DEFAULT_PROFILE:
             log.warning(

@@ -1,14 +1,15 @@
 """Value types shared by the OpenAI surface, the proxy and the routing core.
 
 The routing core is pure: it takes a :class:`RequestFeatures` and a :class:`ModelView`
-(a snapshot of every engine serving the model) and returns a :class:`Decision`.
+(a snapshot of every engine serving the model, each engine's scraped signals in one
+:class:`EngineStats` record) and returns a :class:`Decision`.
 After the response it is told the :class:`Outcome`. No I/O crosses this boundary,
 so the same core runs inside the gateway and inside the discrete-event simulator.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Protocol
 
@@ -83,15 +84,18 @@ class RequestFeatures:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineView:
-    """Snapshot of one engine as the routing core sees it. ``None`` means unknown, never zero."""
+class EngineStats:
+    """One engine's scraped signals, windowed over its recent ``/metrics`` pages.
 
-    name: str
-    route: Route
-    healthy: bool = True
-    draining: bool = False
-    stale: bool = False  # scraped metrics are too old or missing: treat them as unknown
-    inflight: int = 0  # the gateway's own exact count of requests in flight on this engine
+    The one record of them: :class:`gateway.engines.parse.MetricsWindow` produces it (in
+    the gateway and in the simulator), the routing core reads it in
+    :attr:`EngineView.stats`, and ``GET /admin/state`` serialises it with :meth:`as_dict`.
+    A new scraped signal is a field here, computed by the parser and read where it is used.
+    ``None`` means unknown, never zero.
+    """
+
+    at: float = 0.0  # clock time of the newest sample
+    window_s: float = 0.0  # span actually covered by the deltas (0 with a single sample)
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
@@ -100,10 +104,8 @@ class EngineView:
     mean_acceptance_length: float | None = None
     per_position: tuple[float, ...] | None = None
     # Windowed per-output-token latency in seconds, from vLLM's
-    # request_time_per_output_token histogram and/or the gateway's own stream timing.
+    # request_time_per_output_token histogram.
     tpot_s: float | None = None
-    method: str | None = None  # speculative method as declared in --speculative-config
-    k: int = 0  # num_speculative_tokens
     # Windowed mean time between a request's successive emissions (one engine step as the
     # requests see it, waits for the other engine included), from vLLM's
     # inter_token_latency histogram. Lets the router fit step times free of acceptance.
@@ -111,6 +113,35 @@ class EngineView:
     # Windowed output tokens per engine step over *all* steps (drafted or not), from the
     # counters: Δgeneration / (Δgeneration − Δaccepted). Speculative engines only.
     tokens_per_step: float | None = None
+    drafts: float = 0.0  # Δdrafts in the window (how much evidence the rates rest on)
+    generation_tps: float | None = None
+    resets: int = 0  # counter resets (engine restarts) seen so far
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready, every field by name."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+UNKNOWN_STATS = EngineStats()  # nothing scraped, or too old to use: every signal unknown
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """Snapshot of one engine as the routing core sees it. ``None`` means unknown, never zero."""
+
+    name: str
+    route: Route
+    healthy: bool = True
+    draining: bool = False
+    stale: bool = False  # scraped metrics are too old or missing: ``stats`` is all unknown
+    inflight: int = 0  # the gateway's own exact count of requests in flight on this engine
+    method: str | None = None  # speculative method as declared in --speculative-config
+    k: int = 0  # num_speculative_tokens
+    stats: EngineStats = UNKNOWN_STATS  # the scraped signals (UNKNOWN_STATS when stale)
 
     @property
     def usable(self) -> bool:

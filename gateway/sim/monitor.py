@@ -3,7 +3,8 @@
 Every simulated second :class:`SimMonitor` takes the engine's cumulative counters (the
 numbers its ``/metrics`` page would show), feeds them to the same
 :class:`~gateway.engines.parse.MetricsWindow` the real scraper uses, and keeps the
-result. :meth:`view` combines it with the gateway's exact in-flight count.
+:class:`~gateway.routing.types.EngineStats` record. :meth:`view` hands it to the policy
+with the gateway's exact in-flight count.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.emulator.engine import Engine, EngineRequest, StepPlan
-from gateway.engines.parse import MetricsSample, MetricsWindow, WindowedStats
-from gateway.routing.types import EngineView, Route
+from gateway.engines.parse import MetricsSample, MetricsWindow
+from gateway.routing.types import UNKNOWN_STATS, EngineStats, EngineView, Route
 
 
 class ItlObserver:
@@ -56,7 +57,7 @@ class SimMonitor:
 
     def __post_init__(self) -> None:
         self.window = MetricsWindow(window_s=self.window_s)
-        self.stats: WindowedStats | None = None
+        self.stats: EngineStats | None = None
 
     def finished(self, tpot_s: float | None) -> None:
         if tpot_s is not None:
@@ -91,15 +92,7 @@ class SimMonitor:
             route=self.route,
             stale=s is None,
             inflight=self.inflight,
-            running=s.running if s else None,
-            waiting=s.waiting if s else None,
-            kv_usage=s.kv_usage if s else None,
-            acceptance_rate=s.acceptance_rate if s else None,
-            mean_acceptance_length=s.mean_acceptance_length if s else None,
-            per_position=s.per_position if s else None,
-            tpot_s=s.tpot_s if s else None,
             method=spec.method if spec else None,
             k=spec.k if spec else 0,
-            step_s=s.step_s if s else None,
-            tokens_per_step=s.tokens_per_step if s else None,
+            stats=s if s is not None else UNKNOWN_STATS,
         )

@@ -15,6 +15,7 @@ from gateway.routing.factory import build_policy
 from gateway.routing.types import Decision, ModelView, PairView, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
+from gateway.specmethods import PROMPT_LOOKUP_METHODS
 from gateway.workload import WorkloadRequest, to_openai_body
 
 MODEL = "qwen3-8b"
@@ -156,7 +157,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
     policy = build_policy(rcfg)
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
-    if cfg.method in ("ngram", "ngram_gpu"):
+    if cfg.method in PROMPT_LOOKUP_METHODS:
         raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
     if dynamic:
         raw_spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in cfg.dynamic_k]

@@ -282,11 +282,12 @@ class RoutingStateCollector(Collector):
         fam.up.add_metric([m, e, r], 1.0 if ev.usable else 0.0)
         fam.stale.add_metric([m, e, r], 1.0 if ev.stale else 0.0)
         fam.info.add_metric([m, e, r, clean(ev.method or "none"), str(ev.k)], 1.0)
-        if ev.tpot_s is not None and math.isfinite(ev.tpot_s):
-            fam.tpot.add_metric([m, e, r], ev.tpot_s)
-        if ev.acceptance_rate is not None:
-            fam.acc.add_metric([m, e], ev.acceptance_rate)
-        if ev.mean_acceptance_length is not None:
-            fam.al.add_metric([m, e], ev.mean_acceptance_length)
-        for i, rate in enumerate(ev.per_position or ()):
+        st = ev.stats
+        if st.tpot_s is not None and math.isfinite(st.tpot_s):
+            fam.tpot.add_metric([m, e, r], st.tpot_s)
+        if st.acceptance_rate is not None:
+            fam.acc.add_metric([m, e], st.acceptance_rate)
+        if st.mean_acceptance_length is not None:
+            fam.al.add_metric([m, e], st.mean_acceptance_length)
+        for i, rate in enumerate(st.per_position or ()):
             fam.pos.add_metric([m, e, str(i)], rate)

@@ -99,12 +99,13 @@ async def test_sdk_through_gateway_to_emulated_pair(pair_config: Callable[..., G
         state = gw.app[STATE]
         spec_rt = state.models["qwen3-8b"].engines["spec0"]
         for _ in range(100):
-            if spec_rt.stats is not None and spec_rt.stats.ok and spec_rt.stats.acceptance_rate is not None:
+            scrape = spec_rt.scrape
+            if scrape is not None and scrape.stats is not None and scrape.stats.acceptance_rate is not None:
                 break
             await asyncio.sleep(0.05)
-        assert spec_rt.stats is not None and spec_rt.stats.ok
-        assert spec_rt.stats.acceptance_rate is not None
-        view = state.models["qwen3-8b"].view(spec_rt.stats.scraped_at)
+        assert spec_rt.scrape is not None and spec_rt.scrape.ok and spec_rt.scrape.stats is not None
+        assert spec_rt.scrape.stats.acceptance_rate is not None
+        view = state.models["qwen3-8b"].view(spec_rt.scrape.scraped_at)
         assert view.pairs[0].spec.stale is False and view.pairs[0].spec.method == "ngram"
     finally:
         await client.close()

@@ -6,9 +6,9 @@ import pytest
 
 from gateway.config import load_config
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
-from gateway.engines.stats import EngineStats
+from gateway.engines.stats import ScrapeState
 from gateway.routing.static import FixedPolicy
-from gateway.routing.types import Route, RouteOverride
+from gateway.routing.types import EngineStats, Route, RouteOverride
 
 
 class FakeClock:
@@ -60,9 +60,9 @@ def test_views_treat_old_or_failed_scrapes_as_unknown() -> None:
     m = _model(clock)
     spec = m.engines["spec0"]
     v = m.view(clock.t).pairs[0].spec
-    assert v.stale and v.running is None and v.method == "ngram" and v.k == 5
-    spec.stats = EngineStats(
-        scraped_at=clock.t,
+    assert v.stale and v.stats.running is None and v.method == "ngram" and v.k == 5
+    stats = EngineStats(
+        at=clock.t,
         running=3,
         waiting=1,
         kv_usage=0.2,
@@ -71,13 +71,14 @@ def test_views_treat_old_or_failed_scrapes_as_unknown() -> None:
         per_position=(0.8, 0.6),
         tpot_s=0.012,
     )
+    spec.scrape = ScrapeState(stats=stats, stale=False, last_success=clock.t)
     with spec.track():
         v = m.view(clock.t + 1).pairs[0].spec
-    assert not v.stale and v.running == 3 and v.acceptance_rate == 0.6 and v.per_position == (0.8, 0.6)
+    assert not v.stale and v.stats is stats  # the scraped record itself, not a copy
     assert v.inflight == 1
     v = m.view(clock.t + 3.5).pairs[0].spec
-    assert v.stale and v.acceptance_rate is None  # too old: unknown, never zero
-    spec.stats = EngineStats(scraped_at=clock.t, ok=False, error="timeout")
+    assert v.stale and v.stats.acceptance_rate is None  # too old: unknown, never zero
+    spec.scrape = ScrapeState(stats=None, last_success=clock.t, last_error="timeout")
     assert m.view(clock.t).pairs[0].spec.stale
     spec.draining = True
     assert not m.view(clock.t).pairs[0].spec.usable

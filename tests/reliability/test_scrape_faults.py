@@ -46,11 +46,17 @@ async def test_bad_metrics_mark_data_unknown_and_routing_keeps_serving(
         with caplog.at_level(logging.DEBUG, logger="gateway"):
             r.faults(SPEC, **knobs)
             await until(lambda: _stale(r, "spec0"), 5, "spec data unknown")
-            stats = r.engine("spec0").stats
-            assert stats is not None and stats.error is not None and stats.error.startswith(error)
+            scrape = r.engine("spec0").scrape
+            assert (
+                scrape is not None and scrape.last_error is not None and scrape.last_error.startswith(error)
+            )
             # Unknown is not zero: the view carries no numbers at all.
             view = r.engine("spec0").view(time.monotonic(), r.state.config.scrape.stale_after_s)
-            assert view.running is None and view.acceptance_rate is None and view.tpot_s is None
+            assert (
+                view.stats.running is None
+                and view.stats.acceptance_rate is None
+                and view.stats.tpot_s is None
+            )
             # Routing decides on its prior and every request still succeeds.
             for body in (
                 chat(COPY_PROMPT, temperature=0.0, max_tokens=20),

@@ -1,16 +1,24 @@
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
-from gateway.routing.types import EngineView, ModelView, PairView, RequestFeatures, Route
+from gateway.routing.types import EngineStats, EngineView, ModelView, PairView, RequestFeatures, Route
+
+_STATS = frozenset(f.name for f in fields(EngineStats))
+
+
+def _split(kw: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:
+    """(EngineView fields, EngineStats fields): tests set the scraped signals by name."""
+    return {k: v for k, v in kw.items() if k not in _STATS}, {k: v for k, v in kw.items() if k in _STATS}
 
 
 def engine(route: Route, **kw: object) -> EngineView:
     base: dict[str, object] = {"name": route.value, "route": route, "stale": False}
     if route is Route.SPEC:
         base.update(method="ngram", k=5)
-    base.update(kw)
-    return EngineView(**base)  # type: ignore[arg-type]
+    own, stats = _split(kw)
+    base.update(own)
+    return EngineView(**base, stats=EngineStats(**stats))  # type: ignore[arg-type]
 
 
 def view(spec: EngineView | None = None, base: EngineView | None = None) -> ModelView:
@@ -18,7 +26,8 @@ def view(spec: EngineView | None = None, base: EngineView | None = None) -> Mode
 
 
 def with_(e: EngineView, **kw: object) -> EngineView:
-    return replace(e, **kw)  # type: ignore[arg-type]
+    own, stats = _split(kw)
+    return replace(e, **own, stats=replace(e.stats, **stats))  # type: ignore[arg-type]
 
 
 EDIT = RequestFeatures("m", temperature=0.0, overlap=0.85, kind="edit", max_tokens=256)

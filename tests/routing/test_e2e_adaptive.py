@@ -36,7 +36,7 @@ async def _wait_scraped(app_state: object) -> None:
     """Until every engine of the model has a successful scrape (polls the runtime state)."""
     deadline = time.monotonic() + 10.0
     rt = app_state.models["qwen3-8b"]  # type: ignore[attr-defined]
-    while not all(e.stats is not None and e.stats.ok for e in rt.engines.values()):
+    while not all(e.scrape is not None and e.scrape.ok for e in rt.engines.values()):
         assert time.monotonic() < deadline, "engines were never scraped"
         await asyncio.sleep(0.05)
 

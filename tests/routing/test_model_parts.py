@@ -118,3 +118,15 @@ def test_learner_blends_by_evidence_and_forgets() -> None:
     _, w_later = lr.blend("edit", 0.0, 4.0, 1030.0)
     assert w_later < 0.1  # old evidence decays: the prior takes over again
     lr.observe("edit", 0.0, math.nan, 0.0)  # ignored
+
+
+def test_builtin_table_is_the_physics_decode_grid_at_hundredths_of_a_ms() -> None:
+    """The fallback reads the calibration data of gateway.physics; its numbers are unchanged."""
+    from gateway.physics import decode_grid
+
+    m, g = TableStepModel(), decode_grid("qwen3-8b", 1024)
+    assert (m.batches, m.qs) == (g.batches, g.qs)
+    assert m.table == tuple(tuple(round(ms, 2) for ms in row) for row in g.ms)
+    # The values the built-in copy carried, bit for bit.
+    assert (m.table[0][0], m.table[5][5], m.table[8][6]) == (5.52, 8.90, 67.13)
+    assert (m.step_ms(1, 1), m.step_ms(256, 8)) == (5.52, 67.13)

@@ -5,7 +5,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.routing.types import EngineView, ModelView, PairView, Route, RouteOverride
+from gateway.routing.types import EngineStats, EngineView, ModelView, PairView, Route, RouteOverride
 from gateway.telemetry import GatewayTelemetry, ModelState, TelemetryConfig, mount_metrics
 from gateway.telemetry.tracing import TracingConfigError, exporter_names, tracing_from_env
 from tests.telemetry.fakes import FakeClock
@@ -15,14 +15,15 @@ def _view() -> ModelView:
     spec = EngineView(
         name="spec-0",
         route=Route.SPEC,
-        acceptance_rate=0.62,
-        mean_acceptance_length=3.1,
-        per_position=(0.8, 0.6, 0.4),
-        tpot_s=0.012,
         method="ngram",
         k=3,
+        stats=EngineStats(
+            acceptance_rate=0.62, mean_acceptance_length=3.1, per_position=(0.8, 0.6, 0.4), tpot_s=0.012
+        ),
     )
-    base = EngineView(name="base-0", route=Route.BASE, stale=True, healthy=False, tpot_s=0.02)
+    base = EngineView(
+        name="base-0", route=Route.BASE, stale=True, healthy=False, stats=EngineStats(tpot_s=0.02)
+    )
     return ModelView(model="m1", pairs=(PairView(spec=spec, base=base),), pinned=RouteOverride.AUTO)
 
 

@@ -4,7 +4,15 @@ import pytest
 
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy, TemperaturePolicy
-from gateway.routing.types import EngineView, ModelView, PairView, RequestFeatures, Route, RouteOverride
+from gateway.routing.types import (
+    EngineStats,
+    EngineView,
+    ModelView,
+    PairView,
+    RequestFeatures,
+    Route,
+    RouteOverride,
+)
 
 
 def view(spec_ok: bool = True, base_ok: bool = True, pinned: RouteOverride = RouteOverride.AUTO) -> ModelView:
@@ -55,6 +63,8 @@ def test_refused_params_with_base_down_raises() -> None:
 
 def test_least_loaded_pair_is_chosen() -> None:
     busy = PairView(EngineView("s1", Route.SPEC, inflight=9), EngineView("b1", Route.BASE, inflight=3))
-    idle = PairView(EngineView("s2", Route.SPEC), EngineView("b2", Route.BASE, running=1.0))
+    idle = PairView(
+        EngineView("s2", Route.SPEC), EngineView("b2", Route.BASE, stats=EngineStats(running=1.0))
+    )
     d = FixedPolicy(Route.SPEC).decide(RequestFeatures(model="m"), ModelView("m", (busy, idle)), 0.0)
     assert d.engine == "s2"

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.physics.methods import PROMPT_LOOKUP_METHODS, SpecMethod
 from gateway.routing.config import RoutingConfig
-from gateway.specmethods import PROMPT_LOOKUP_METHODS, SpecMethod
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.specmethods import LEGACY_NGRAM, METHODS, NGRAM_METHODS
+from gateway.physics.methods import LEGACY_NGRAM, METHODS, NGRAM_METHODS
 
 # Keys of vLLM's SpeculativeConfig that the emulator accepts (most only matter on a GPU).
 KNOWN_KEYS = frozenset(

@@ -35,7 +35,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from gateway.specmethods import DRAFT_MODEL, NGRAM_METHODS, ONE_PASS_METHODS
+from gateway.physics.methods import DRAFT_MODEL, NGRAM_METHODS, ONE_PASS_METHODS
 
 BASE_CTX = 1024
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gateway.specmethods import NGRAM_METHODS
+from gateway.physics.methods import NGRAM_METHODS
 
 TEMP_BUCKETS: tuple[float, ...] = (0.05, 0.35, 0.75)  # upper edges; above the last: bucket 3
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 
+from gateway.physics.methods import NGRAM_METHODS
 from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_per_step
 from gateway.routing.calibration import LatencyBias
 from gateway.routing.config import RoutingConfig
@@ -51,7 +52,6 @@ from gateway.routing.types import (
     RequestFeatures,
     Route,
 )
-from gateway.specmethods import NGRAM_METHODS
 
 DEFAULT_K = 5
 # Outcome.extra key: draft tokens per step the n-gram replay of the answer realised.

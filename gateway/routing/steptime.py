@@ -19,7 +19,7 @@ from typing import Protocol
 
 from gateway import physics
 from gateway.physics import StepTimeProfile
-from gateway.specmethods import NGRAM_METHODS
+from gateway.physics.methods import NGRAM_METHODS
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
 from gateway.emulator.spec import parse_spec_config
+from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
 from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
@@ -15,7 +16,6 @@ from gateway.routing.factory import build_policy
 from gateway.routing.types import Decision, ModelView, PairView, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
-from gateway.specmethods import PROMPT_LOOKUP_METHODS
 from gateway.workload import WorkloadRequest, to_openai_body
 
 MODEL = "qwen3-8b"

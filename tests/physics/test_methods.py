@@ -7,9 +7,7 @@ import pytest
 from gateway.config.models import EngineConfig
 from gateway.emulator.spec import parse_spec_config
 from gateway.physics import get_profile
-from gateway.routing.acceptance import prior_tokens_per_step
-from gateway.routing.steptime import TableStepModel
-from gateway.specmethods import (
+from gateway.physics.methods import (
     DRAFT_MODEL,
     HEAD_METHODS,
     METHODS,
@@ -18,6 +16,8 @@ from gateway.specmethods import (
     ONE_PASS_METHODS,
     PROMPT_LOOKUP_METHODS,
 )
+from gateway.routing.acceptance import prior_tokens_per_step
+from gateway.routing.steptime import TableStepModel
 
 
 def test_every_vllm_method_is_exactly_one_kind() -> None:

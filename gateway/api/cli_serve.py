@@ -241,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
     guard = _setup_logging(args.log_level, cfg.server.log_json)
     from gateway.telemetry import build_telemetry
 
-    try:  # the telemetry: section and the OTEL_* environment
+    try:  # the OTEL_* environment (the telemetry: section was validated with the config)
         telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
     except ValueError as exc:
         print(f"specgate: telemetry configuration error: {exc}", file=sys.stderr)

@@ -32,7 +32,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from gateway.telemetry.config import TelemetryConfig
+from gateway.config.telemetry import TelemetryConfig
 from gateway.telemetry.service import GatewayTelemetry, build_telemetry
 
 log = logging.getLogger("specgate.telemetry.lab")

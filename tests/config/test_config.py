@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,13 @@ def test_telemetry_section_is_typed_and_takes_env_overrides(tmp_path: Path) -> N
     tel = cfg.telemetry
     assert (tel.log_format, tel.access_log, tel.tracing) == ("json", False, "off")
     assert load_config(None, env={}).telemetry == TelemetryConfig()
+
+
+def test_loading_the_config_does_not_import_telemetry_or_the_app() -> None:
+    code = (
+        "import sys, gateway.config; "
+        "print(sorted(m for m in sys.modules if m.startswith(('gateway.telemetry', 'gateway.api', "
+        "'opentelemetry'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from gateway.api import cli_serve
 from gateway.bench import cli_bench
-from gateway.emulator import cli_demo
+from gateway.lab import demo as cli_demo
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import POLICIES, POLICY_NAMES, STATIC_BASELINES, build_policy
 from gateway.sim import cli_simulate

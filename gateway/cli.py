@@ -18,7 +18,7 @@ from typing import Protocol, cast
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("gateway.api.cli_serve", "run the gateway in front of real (or emulated) vLLM engines"),
     "demo": (
-        "gateway.emulator.cli_demo",
+        "gateway.lab.demo",
         "start an emulated engine pair on one device timeline plus the gateway, and show routing",
     ),
     "emulate": ("gateway.emulator.cli_emulate", "run a GPU-free emulated vLLM OpenAI server"),

@@ -21,10 +21,8 @@ policies that define it. What keeps the later stages from reaching into the poli
 rule (c): ``engines``, ``proxy`` and ``telemetry`` may import only ``gateway.routing.types``
 from routing (:data:`ROUTING_VOCABULARY_ONLY`).
 
-Temporary exceptions (:data:`EXCEPTIONS`): ``gateway/telemetry/promlab.py`` and
-``gateway/emulator/cli_demo.py`` compose the gateway app with the emulator (and
-Prometheus) and are being moved into ``gateway/lab/``, which may import anything; until
-then their imports are left out of the graph. Remove the exception once they moved.
+The composed demos (``gateway/lab/``: the emulated pair, the gateway and Prometheus in
+one process) sit on top and may import anything below them.
 """
 
 from __future__ import annotations
@@ -70,10 +68,6 @@ LAYERS: dict[str, int] = {
 # Packages below routing's decisions on the data path: they speak its vocabulary only.
 ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry"})
 ROUTING_VOCABULARY = "gateway.routing.types"
-
-# Temporary: these compose the gateway app with the emulator and are moving to gateway/lab/
-# (another branch); the lead removes this exception after that merge.
-EXCEPTIONS = frozenset({"gateway/telemetry/promlab.py", "gateway/emulator/cli_demo.py"})
 
 
 def module_name(path: Path) -> str:
@@ -125,8 +119,6 @@ def gateway_edges() -> list[Edge]:
     edges: list[Edge] = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT.parent).as_posix()
-        if rel in EXCEPTIONS:
-            continue
         module = module_name(path)
         src = package_of(module)
         for line, target in imported_modules(path.read_text(), module, is_package=path.name == "__init__.py"):
@@ -222,11 +214,6 @@ def test_side_packages_never_import_the_surface(edges: list[Edge]) -> None:
         if src in {"telemetry", "emulator"} and dst == "api"
     ]
     assert not bad, "\n".join(bad)
-
-
-def test_the_exceptions_are_only_the_two_files_being_moved() -> None:
-    # The exception must not grow; the files may already be gone (moved to gateway/lab/).
-    assert {"gateway/telemetry/promlab.py", "gateway/emulator/cli_demo.py"} == EXCEPTIONS
 
 
 # -- the import reader itself --------------------------------------------------------------

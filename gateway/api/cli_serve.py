@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.routing.factory import POLICY_NAMES
 from gateway.telemetry.logguard import LogGuard
 from gateway.telemetry.logguard import install as install_guard
 from gateway.telemetry.logs import ACCESS_FIELDS_ATTR
@@ -55,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        choices=["adaptive", "temperature", "always-spec", "always-base"],
+        choices=POLICY_NAMES,
         help="routing policy for every model (models[*].routing.policy)",
     )
     parser.add_argument(
@@ -240,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
     guard = _setup_logging(args.log_level, cfg.server.log_json)
     from gateway.telemetry import build_telemetry
 
-    try:  # the telemetry: section and the OTEL_* environment
+    try:  # the OTEL_* environment (the telemetry: section was validated with the config)
         telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
     except ValueError as exc:
         print(f"specgate: telemetry configuration error: {exc}", file=sys.stderr)

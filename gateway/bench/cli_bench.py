@@ -29,9 +29,10 @@ from gateway.bench.loadgen import PointResult, run_point
 from gateway.bench.procs import policy_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
+from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.workload import TemperatureDist, parse_mix, sample
 
-POLICIES = ("adaptive", "always-spec", "always-base", "temperature")
+POLICIES = POLICY_NAMES
 README_BEGIN = "<!-- section:bench -->"
 README_END = "<!-- /section:bench -->"
 
@@ -58,8 +59,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.formatter_class = _HelpFormatter
     p.add_argument(
         "--policies",
-        default="adaptive,always-spec,always-base",
-        help="comma-separated routing policies (also: temperature)",
+        default=",".join((ADAPTIVE, *STATIC_BASELINES)),
+        help=f"comma-separated routing policies, of {', '.join(POLICIES)}",
     )
     p.add_argument("--qps", default="1,8,24,48", help="offered QPS points, emulated")
     p.add_argument(

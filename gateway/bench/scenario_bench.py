@@ -29,6 +29,7 @@ import aiohttp
 from gateway.bench.loadgen import stream_chat
 from gateway.bench.procs import policy_stack
 from gateway.bench.stats import RequestRecord
+from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
 from gateway.sim.run import SimConfig, simulate
@@ -36,7 +37,7 @@ from gateway.sim.scenarios import Scenario, get_scenario, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
 
 MODEL = "qwen3-8b"
-POLICIES = ("adaptive", "always-spec", "always-base")
+POLICIES = (ADAPTIVE, *STATIC_BASELINES)
 LOOKUP = (2, 5)  # the emulated pair's n-gram sizes (specgate emulate --pair)
 
 

@@ -1,4 +1,5 @@
-"""Gateway configuration: schema (:mod:`gateway.config.models`) and loading (:mod:`gateway.config.loader`)."""
+"""Gateway configuration: schema (:mod:`gateway.config.models`, the ``telemetry:`` section in
+:mod:`gateway.config.telemetry`) and loading (:mod:`gateway.config.loader`)."""
 
 from gateway.config.loader import ConfigError, default_config_text, load_config
 from gateway.config.models import (
@@ -11,6 +12,7 @@ from gateway.config.models import (
     ServerConfig,
     TimeoutsConfig,
 )
+from gateway.config.telemetry import TelemetryConfig
 
 __all__ = [
     "ConfigError",
@@ -21,6 +23,7 @@ __all__ = [
     "RetryConfig",
     "ScrapeConfig",
     "ServerConfig",
+    "TelemetryConfig",
     "TimeoutsConfig",
     "default_config_text",
     "load_config",

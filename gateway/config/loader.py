@@ -125,7 +125,7 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         full = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value and full not in ("telemetry",):
+        if isinstance(value, Mapping) and value:
             out.update(_flatten(value, full))
         else:
             out[full] = value

@@ -1,9 +1,9 @@
 """The gateway's configuration schema (pydantic v2).
 
-One YAML file describes the HTTP server, the metric scraper and, per model, the
-engine pairs (a speculative and a plain vLLM engine sharing one device), timeouts,
-retry policy and the routing policy. Every section forbids unknown keys so that a
-typo is an error, not a silently ignored setting.
+One YAML file describes the HTTP server, the metric scraper, the telemetry and, per
+model, the engine pairs (a speculative and a plain vLLM engine sharing one device),
+timeouts, retry policy and the routing policy. Every section forbids unknown keys so
+that a typo is an error, not a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.config.telemetry import TelemetryConfig
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS, SpecMethod
 from gateway.routing.config import RoutingConfig
 
@@ -277,8 +278,10 @@ class GatewayConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     models: list[ModelConfig] = Field(min_length=1)
-    # Free-form section read by the telemetry layer (exporters, sampling).
-    telemetry: dict[str, Any] = Field(default_factory=dict)
+    telemetry: TelemetryConfig = Field(
+        default_factory=TelemetryConfig,
+        description="metrics, traces and the access log (tracing itself is switched on by OTEL_* variables)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-PolicyName = Literal["adaptive", "always-spec", "always-base", "temperature"]
+from gateway.routing.factory import PolicyName
 
 
 class RoutingConfig(BaseModel):

@@ -29,10 +29,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.routing.factory import STATIC_BASELINES
+
 WINDOW_S = 60.0
 SHARE_WINDOW_S = 10.0
 SWITCH_MARGIN = 0.02
-SPEC, BASE = "always-spec", "always-base"
+SPEC, BASE = STATIC_BASELINES
 
 
 class Rec(Protocol):

@@ -15,13 +15,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, seed_ratios, write_csv, write_json
 from gateway.sim.run import DYNAMIC_SD, SimConfig, simulate
 from gateway.sim.scenarios import Phase, describe_all, from_schedule, get_scenario
 
-POLICIES = ("adaptive", "always-spec", "always-base", "temperature", DYNAMIC_SD)
+POLICIES = (*POLICY_NAMES, DYNAMIC_SD)
+DEFAULT_POLICIES = (ADAPTIVE, *STATIC_BASELINES)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -137,7 +139,7 @@ def _sim_config(
         k=args.k,
         prompt_lookup_min=args.prompt_lookup_min,
         prompt_lookup_max=args.prompt_lookup_max,
-        routing=routing if policy == "adaptive" else {},
+        routing=routing if policy == ADAPTIVE else {},
         phases=phases,
         warmup_s=args.warmup,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
@@ -156,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2
     scenario = bool(args.scenario or args.schedule)
-    default = "adaptive,always-spec,always-base" + (f",{DYNAMIC_SD}" if scenario else "")
+    default = ",".join(DEFAULT_POLICIES) + (f",{DYNAMIC_SD}" if scenario else "")
     policies = [p.strip() for p in str(args.policies or default).split(",") if p.strip()]
     if args.scenario == "list":
         print(describe_all())

@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
+
 COLUMNS = (
     "policy",
     "qps",
@@ -127,8 +129,8 @@ def seed_ratios(rows: Sequence[Row]) -> str:
         ratios = []
         for s in seeds:
             pt = by.get((qps, s), {})
-            statics = [v for p, v in pt.items() if p in ("always-spec", "always-base")]
-            ratios.append(pt["adaptive"] / min(statics) if "adaptive" in pt and statics else math.nan)
+            statics = [v for p, v in pt.items() if p in STATIC_BASELINES]
+            ratios.append(pt[ADAPTIVE] / min(statics) if ADAPTIVE in pt and statics else math.nan)
         ok = [x for x in ratios if not math.isnan(x)]
         overall += ok
         lines.append(

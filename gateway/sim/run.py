@@ -12,7 +12,7 @@ from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
 from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
-from gateway.routing.factory import build_policy
+from gateway.routing.factory import ALWAYS_SPEC, build_policy
 from gateway.routing.types import Decision, ModelView, PairView, Route
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
@@ -153,7 +153,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     work = workload if workload is not None else arrivals(cfg)
     # dynamic-sd: one engine with vLLM's Dynamic SD serves everything (no plain sibling).
     dynamic = cfg.policy == DYNAMIC_SD
-    name = "always-spec" if dynamic else cfg.policy
+    name = ALWAYS_SPEC if dynamic else cfg.policy
     rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
     policy = build_policy(rcfg)
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}

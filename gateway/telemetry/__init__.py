@@ -7,7 +7,7 @@ The gateway builds it with :func:`build_telemetry`, serves ``/metrics`` with
 through ``GatewayTelemetry.record_scrape``.
 """
 
-from gateway.telemetry.config import TelemetryConfig
+from gateway.config.telemetry import TelemetryConfig
 from gateway.telemetry.hooks import NullTelemetry, RequestTelemetry, Telemetry
 from gateway.telemetry.http import TELEMETRY_KEY, mount_metrics
 from gateway.telemetry.service import GatewayTelemetry, build_telemetry

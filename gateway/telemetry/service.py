@@ -12,9 +12,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from gateway.config.telemetry import TelemetryConfig
 from gateway.routing.types import Decision, RequestFeatures
 from gateway.telemetry import logs
-from gateway.telemetry.config import TelemetryConfig
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.labels import clean
 from gateway.telemetry.metrics import GatewayMetrics
@@ -357,9 +357,9 @@ def build_telemetry(
 ) -> GatewayTelemetry:
     """The gateway's telemetry as configured (tracing per the ``OTEL_*`` environment).
 
-    ``config`` is a :class:`TelemetryConfig` or the gateway config's ``telemetry:`` mapping
-    (validated here; unknown keys are an error). ``known_models`` (the configured model
-    names) bounds the ``model`` label unless the config already lists them.
+    ``config`` is the gateway config's ``telemetry`` section (a :class:`TelemetryConfig`), or
+    such a section as a mapping (validated here; unknown keys are an error). ``known_models``
+    (the configured model names) bounds the ``model`` label unless the config already lists them.
     """
     cfg = (
         config if isinstance(config, TelemetryConfig) else TelemetryConfig.model_validate(dict(config or {}))

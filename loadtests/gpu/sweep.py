@@ -49,9 +49,10 @@ from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
 from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
+from gateway.routing.factory import ADAPTIVE, ALWAYS_BASE, ALWAYS_SPEC  # noqa: E402
 from gateway.workload import TemperatureDist, sample, to_openai_body  # noqa: E402
 
-POLICIES = ("always-base", "always-spec", "adaptive")
+POLICIES = (ALWAYS_BASE, ALWAYS_SPEC, ADAPTIVE)
 
 
 @dataclass

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gateway.api import cli_serve
-from gateway.config import ConfigError, GatewayConfig, default_config_text, load_config
+from gateway.config import ConfigError, GatewayConfig, TelemetryConfig, default_config_text, load_config
 
 
 def _write(tmp_path: Path, data: object, name: str = "gw.yaml") -> Path:
@@ -179,3 +181,42 @@ def test_serve_check_masks_secrets_and_bad_config_exits_2(
 def test_secrets_never_in_repr() -> None:
     cfg = load_config(None, env={"SPECGATE_API_KEYS": "super-secret-123"})
     assert "super-secret-123" not in repr(cfg) and "super-secret-123" not in str(cfg.model_dump())
+
+
+def test_serve_check_rejects_a_bad_telemetry_section_naming_file_and_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    cli_serve.configure(parser)
+    data = _minimal()
+    data["telemetry"] = {"log_format": "jsn", "tracing": "maybe", "max_label_values": 0, "bogus": 1}
+    bad = _write(tmp_path, data)
+    assert cli_serve.main(parser.parse_args(["--config", str(bad), "--check"])) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert f"configuration error: {bad}: 4 invalid settings" in err, err
+    assert "telemetry.log_format: Input should be 'text' or 'json'" in err, err
+    assert "telemetry.tracing: Input should be 'auto' or 'off'" in err, err
+    assert "telemetry.max_label_values: Input should be greater than or equal to 1" in err, err
+    assert "telemetry.bogus: unknown field" in err, err
+
+
+def test_telemetry_section_is_typed_and_takes_env_overrides(tmp_path: Path) -> None:
+    data = _minimal()
+    data["telemetry"] = {"log_format": "json", "access_log": False}
+    cfg = load_config(_write(tmp_path, data), env={"SPECGATE_TELEMETRY__TRACING": "off"})
+    assert isinstance(cfg.telemetry, TelemetryConfig)
+    tel = cfg.telemetry
+    assert (tel.log_format, tel.access_log, tel.tracing) == ("json", False, "off")
+    assert load_config(None, env={}).telemetry == TelemetryConfig()
+
+
+def test_loading_the_config_does_not_import_telemetry_or_the_app() -> None:
+    code = (
+        "import sys, gateway.config; "
+        "print(sorted(m for m in sys.modules if m.startswith(('gateway.telemetry', 'gateway.api', "
+        "'opentelemetry'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -9,14 +9,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.engines.health import HealthChecker
 from gateway.engines.scraper import MetricsScraper, ScrapeState
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.fakes import FakeClock
 
 
 class Upstream:
@@ -50,7 +43,7 @@ async def served(spec_page: str) -> AsyncIterator[tuple[Upstream, str, aiohttp.C
 
 async def test_scrape_real_page_and_staleness(served: tuple[Upstream, str, aiohttp.ClientSession]) -> None:
     _up, url, session = served
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     seen: list[ScrapeState] = []
     sc = MetricsScraper(session, url, clock=clock, stale_after_s=5.0, on_update=seen.append)
     assert sc.current().stale  # never scraped: unknown
@@ -68,7 +61,7 @@ async def test_garbage_and_http_errors_are_recorded(
     served: tuple[Upstream, str, aiohttp.ClientSession],
 ) -> None:
     up, url, session = served
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     sc = MetricsScraper(session, url, clock=clock)
     await sc.scrape_once()
     up.page = "vllm:num_requests_running{engine= garbage\n"

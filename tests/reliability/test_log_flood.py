@@ -9,18 +9,12 @@ import pytest
 
 from gateway.proxy import forward
 from gateway.telemetry.logthrottle import LogThrottle
+from tests.fakes import FakeClock
 from tests.reliability.rig import COPY_PROMPT, SPEC, chat, post, rig
 
 
-class Clock:
-    t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_throttle_logs_first_then_counts_then_reports_suppressed(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     th = LogThrottle(5.0, clock=clock)
     log = logging.getLogger("test.throttle")
     caplog.set_level(logging.WARNING, logger="test.throttle")
@@ -40,7 +34,7 @@ def test_throttle_logs_first_then_counts_then_reports_suppressed(caplog: pytest.
 
 
 def test_throttle_memory_and_lines_are_bounded() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     th = LogThrottle(5.0, clock=clock, max_keys=8)
     log = logging.getLogger("test.throttle.bounded")
     written = sum(th.log(log, logging.WARNING, f"k{i}", "x") for i in range(1000))

@@ -7,18 +7,11 @@ import aiohttp
 from gateway.config.models import EngineConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.routing.types import Route
+from tests.fakes import FakeClock
 from tests.reliability.rig import COPY_PROMPT, SPEC, chat, post, rig
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _engine(clock: Clock, **kw: float) -> EngineRuntime:
+def _engine(clock: FakeClock, **kw: float) -> EngineRuntime:
     cfg = EngineConfig(name="e", url="http://127.0.0.1:1", served_model_name="m")
     args = {
         "failures_to_unhealthy": 3,
@@ -40,7 +33,7 @@ def _engine(clock: Clock, **kw: float) -> EngineRuntime:
 
 
 def test_half_failing_never_in_a_row_is_taken_out_by_rate() -> None:
-    clock = Clock()
+    clock = FakeClock()
     e = _engine(clock)
     for i in range(9):  # S F S F ...: never 3 in a row; below the minimum attempts
         clock.t += 0.1
@@ -56,7 +49,7 @@ def test_half_failing_never_in_a_row_is_taken_out_by_rate() -> None:
 
 
 def test_rare_failures_and_old_failures_do_not_count() -> None:
-    clock = Clock()
+    clock = FakeClock()
     e = _engine(clock)
     for i in range(100):  # 1 in 4 fails: below the rate
         clock.t += 0.1
@@ -70,7 +63,7 @@ def test_rare_failures_and_old_failures_do_not_count() -> None:
 
 
 def test_consecutive_failures_still_take_it_out_at_once() -> None:
-    clock = Clock()
+    clock = FakeClock()
     e = _engine(clock)
     for _ in range(3):
         e.record_failure("connect")

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from gateway.telemetry.tracing import tracing_with_exporter
-from tests.telemetry.fakes import FakeClock
+from tests.fakes import FakeClock
 
 
 @pytest.fixture

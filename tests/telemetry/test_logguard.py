@@ -12,22 +12,16 @@ import pytest
 
 from gateway.api.cli_serve import _JsonFormatter
 from gateway.telemetry.logguard import LogGuard, safe_exception
+from tests.fakes import FakeClock
 
 SECRET = "sk-SECRET-guard-0042"
 MARKER = "PROMPT-MARKER-guard"
 
 
-class Clock:
-    t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def out() -> Iterator[tuple[io.StringIO, LogGuard, Clock]]:
+def out() -> Iterator[tuple[io.StringIO, LogGuard, FakeClock]]:
     """A root handler as ``specgate serve`` installs it, writing to a buffer."""
-    clock = Clock()
+    clock = FakeClock(0.0)
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
@@ -50,7 +44,7 @@ def _raise_parse_error() -> None:
 
 
 def test_no_logger_writes_exception_text_args_or_quoted_bytes(
-    out: tuple[io.StringIO, LogGuard, Clock],
+    out: tuple[io.StringIO, LogGuard, FakeClock],
 ) -> None:
     buf, _, _ = out
     raw = f"Authorization: Bearer {SECRET}\r\n{MARKER}".encode()
@@ -76,7 +70,7 @@ def test_no_logger_writes_exception_text_args_or_quoted_bytes(
     assert "in _raise_parse_error" in text and "exception text withheld" in text
 
 
-def test_json_lines_carry_the_safe_exception(out: tuple[io.StringIO, LogGuard, Clock]) -> None:
+def test_json_lines_carry_the_safe_exception(out: tuple[io.StringIO, LogGuard, FakeClock]) -> None:
     buf, guard, _ = out
     (handler,) = [h for h in logging.getLogger().handlers if guard in h.filters]
     handler.setFormatter(_JsonFormatter())
@@ -100,7 +94,7 @@ def test_safe_exception_names_the_chain_without_text() -> None:
     assert text == "KeyError\nRuntimeError"
 
 
-def test_a_flood_is_one_line_then_a_summary(out: tuple[io.StringIO, LogGuard, Clock]) -> None:
+def test_a_flood_is_one_line_then_a_summary(out: tuple[io.StringIO, LogGuard, FakeClock]) -> None:
     buf, guard, clock = out
     server = logging.getLogger("aiohttp.server")
     access = logging.getLogger("specgate.access")
@@ -132,7 +126,7 @@ def test_a_flood_is_one_line_then_a_summary(out: tuple[io.StringIO, LogGuard, Cl
 
 
 def test_the_gateways_own_lines_are_keyed_by_their_short_arguments(
-    out: tuple[io.StringIO, LogGuard, Clock],
+    out: tuple[io.StringIO, LogGuard, FakeClock],
 ) -> None:
     buf, _, _ = out
     log = logging.getLogger("gateway.api.app")

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.routing.types import Decision, RequestFeatures, Route
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from gateway.telemetry.logs import ACCESS_LOGGER
-from tests.telemetry.fakes import FakeClock
+from tests.fakes import FakeClock
 
 SPEC = Decision(
     route=Route.SPEC,

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.routing.types import EngineStats, EngineView, ModelView, PairView, Route, RouteOverride
 from gateway.telemetry import GatewayTelemetry, ModelState, TelemetryConfig, mount_metrics
 from gateway.telemetry.tracing import TracingConfigError, exporter_names, tracing_from_env
-from tests.telemetry.fakes import FakeClock
+from tests.fakes import FakeClock
 
 
 def _view() -> ModelView:

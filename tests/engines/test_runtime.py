@@ -9,14 +9,7 @@ from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.engines.stats import ScrapeState
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import EngineStats, Route, RouteOverride
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.fakes import FakeClock
 
 
 def _model(clock: FakeClock) -> ModelRuntime:

@@ -26,6 +26,7 @@ from gateway.api.server import GatewayRunner
 from gateway.config import load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.physics import PROFILE_NAMES
+from gateway.routing.factory import POLICY_NAMES
 
 _CODE = """def load_users(path):
     users = []
@@ -92,7 +93,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per emulated second")
     p.add_argument(
         "--policy",
-        choices=["adaptive", "temperature", "always-spec", "always-base"],
+        choices=POLICY_NAMES,
         default=None,
         help="routing policy (default: the gateway's default configuration)",
     )

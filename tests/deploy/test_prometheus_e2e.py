@@ -27,7 +27,7 @@ import yaml
 
 import gateway.api.app
 import gateway.emulator.launch  # noqa: F401  (imported here, not on the event loop)
-from gateway.telemetry.promlab import Lab, run_load, start_lab
+from gateway.lab.promlab import Lab, run_load, start_lab
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "specgate.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.emulator.cli_demo import run_demo
+from gateway.lab.demo import run_demo
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,8 @@
-"""Telemetry configuration (embedded in the gateway config under ``telemetry``)."""
+"""The ``telemetry:`` section of the gateway config, read by :mod:`gateway.telemetry`.
+
+It lives with the config schema (not in the telemetry package) so that loading a config
+does not import the metrics and tracing libraries.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 
 class TelemetryConfig(BaseModel):
+    """Metrics, traces and the access log."""
+
     model_config = ConfigDict(extra="forbid")
 
     # The three metrics_* settings apply to apps that mount the endpoint with mount_metrics();

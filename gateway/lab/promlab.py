@@ -32,10 +32,10 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from gateway.telemetry.config import TelemetryConfig
+from gateway.config.telemetry import TelemetryConfig
 from gateway.telemetry.service import GatewayTelemetry, build_telemetry
 
-log = logging.getLogger("specgate.telemetry.lab")
+log = logging.getLogger("specgate.lab")
 
 MODEL = "qwen3-8b"
 FLAKY = "flaky"

@@ -6,8 +6,8 @@ The calibration profiles live in :mod:`gateway.physics` (``get_profile(name)`` w
 name it does not know it falls back to :class:`TableStepModel` over the H200 Qwen3-8B
 decode grid of ``gateway/physics/data`` (read through :func:`gateway.physics.decode_grid`),
 so the decision core never fails for want of a profile. The router treats it as a *prior*
-and corrects it online with measured step times (:mod:`gateway.routing.live`) and measured
-time per token (:mod:`gateway.routing.calibration`).
+and corrects it online with measured step times (:mod:`gateway.routing.adaptive.live`) and measured
+time per token (:mod:`gateway.routing.adaptive.calibration`).
 """
 
 from __future__ import annotations

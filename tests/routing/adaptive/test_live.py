@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.adaptive.live import LiveCorrections
 from gateway.routing.config import RoutingConfig
-from gateway.routing.live import LiveCorrections
 from gateway.routing.steptime import get_step_model
 from gateway.routing.types import PairView, Route
 from tests.routing.conftest import CHAT_HOT, EDIT, engine, view, with_

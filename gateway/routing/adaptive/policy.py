@@ -10,13 +10,13 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
    step), the pair's whole load, and step times of both engines from the calibration
    profile, scaled by the ratio of their measured step time to the predicted one;
-3. both engines on one device timeline (:mod:`gateway.routing.costmodel`): the
+3. both engines on one device timeline (:mod:`gateway.routing.adaptive.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
    counts what each request costs the others (they share the batch and the device),
    corrected by what was measured: the spec engine's recent requests' time per token
    against what the model predicted for them, beyond the gap the plain engine shows
-   (:mod:`gateway.routing.calibration`);
-4. the model's mode (:mod:`gateway.routing.modes`): *speculating* sends traffic to spec,
+   (:mod:`gateway.routing.adaptive.calibration`);
+4. the model's mode (:mod:`gateway.routing.adaptive.modes`): *speculating* sends traffic to spec,
    *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
    beyond ``1 + margin ± hysteresis``, integrated over
    time, pays for one drain (``switch_evidence`` × the mean request duration); after a
@@ -25,7 +25,8 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
-regime (see :mod:`gateway.routing.costmodel`). Reasons are :class:`~gateway.routing.types.Reason` values.
+regime (see :mod:`gateway.routing.adaptive.costmodel`). Reasons are
+:class:`~gateway.routing.types.Reason` values.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from collections import Counter, deque
 
 from gateway.physics.methods import NGRAM_METHODS
 from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_per_step
-from gateway.routing.calibration import LatencyBias
+from gateway.routing.adaptive.calibration import LatencyBias
+from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
+from gateway.routing.adaptive.live import LiveCorrections, engine_load
+from gateway.routing.adaptive.mix import MixEntry, TrafficMix
+from gateway.routing.adaptive.modes import ModeTracker, Prober
 from gateway.routing.config import RoutingConfig
-from gateway.routing.costmodel import RegimeCosts, regime_costs
-from gateway.routing.live import LiveCorrections, engine_load
-from gateway.routing.modes import ModeTracker, Prober
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.steptime import StepModel, get_step_model
@@ -58,7 +60,6 @@ DEFAULT_K = 5
 LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
-_MIX_MAX = 128  # the traffic mix keeps at most this many recent requests
 _HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)...
 _QUIET_PAIR = 2.0  # ...or on a pair this quiet (requests arriving within one request's life)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
@@ -79,12 +80,8 @@ class AdaptivePolicy:
         self.reasons: Counter[str] = Counter()
         self.method = "ngram"
         self.k = DEFAULT_K
-        # Recent eligible traffic: (time, learned E before the live correction, verified
-        # tokens/step, prompt tokens).
-        self._mix: deque[tuple[float, float, float, int]] = deque()
-        self._mix_q_sum = 0.0  # running sum of the mix's verified tokens/step
-        self._mix_version = 0
-        self._inv_cache: tuple[int, float, float] | None = None  # (version, live ratio, mean 1/E)
+        # Recent eligible traffic (what the regimes are priced on).
+        self.mix = TrafficMix(self.cfg.mix_window_s, self.cfg.mix_min_requests)
         self.live = LiveCorrections(
             half_life_s=self.cfg.live_half_life_s,
             unknown_half_life_s=_UNKNOWN_DECAY_S,
@@ -116,7 +113,7 @@ class AdaptivePolicy:
             q, _ = self.draft_learner.blend(kind, features.temperature, 1.0 + p_draft * self.k, now)
         else:
             q = float(self.k + 1)
-        self._mix_add(now, blended, q, features.prompt_tokens)
+        self.mix.add(MixEntry(now, blended, q, features.prompt_tokens))
         load = self.live.batch(engine_load(spec) + engine_load(base) + 1.0)
         costs = self._regime(load)
         self._last_costs = costs
@@ -238,47 +235,24 @@ class AdaptivePolicy:
             return override, 1.0
         return prior_tokens_per_step(self.method, f.overlap, f.temperature, self.k), 1.0
 
-    def _mix_add(self, now: float, blended: float, q: float, prompt_tokens: int) -> None:
-        mix = self._mix
-        mix.append((now, blended, q, prompt_tokens))
-        self._mix_q_sum += q
-        lo, span = self.cfg.mix_min_requests, self.cfg.mix_window_s
-        while len(mix) > _MIX_MAX or (len(mix) > lo and mix[0][0] < now - span):
-            self._mix_q_sum -= mix.popleft()[2]
-        self._mix_version += 1
-
     def _inv_e_mix(self) -> float:
-        """Mean 1/E of the recent traffic at the current live correction (memoised)."""
-        if not self._mix:
-            return 1.0
-        c = self._inv_cache
-        if c is not None and c[0] == self._mix_version and c[1] == self.live.ratio:
-            return c[2]
-        r = self.live.ratio
-        inv = sum(1.0 / (1.0 + (b - 1.0) * r) for _, b, _, _ in self._mix) / len(self._mix)
-        self._inv_cache = (self._mix_version, r, inv)
-        return inv
+        return self.mix.mean_inverse_tokens_per_step(self.live.ratio)
 
     def _arrival_rate(self) -> float:
-        """Requests per second over the traffic mix's window."""
-        mix = self._mix
-        if len(mix) < 2:
-            return 0.0
-        return (len(mix) - 1) / max(mix[-1][0] - mix[0][0], 1.0)
+        return self.mix.arrival_rate()
 
     def _prefill_share(self) -> float:
         """Share of the device the recent traffic's prompts take to prefill (arrival rate
         × mean prompt tokens × prefill time per token), at most 0.8."""
-        mix = self._mix
-        if not mix:
+        if not self.mix:
             return 0.0
-        tokens = sum(m[3] for m in mix) / len(mix)
+        tokens = self.mix.mean_prompt_tokens()
         return min(0.8, self._arrival_rate() * self.steps.prefill_ms(tokens) / 1000.0)
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
-        mix = self._mix
-        q = self._mix_q_sum / len(mix) if mix else float(self.k + 1)
+        q = self.mix.mean_verified()
+        q = float(self.k + 1) if q is None else q
         return 1.0 + (q - 1.0) * self.live.q_ratio
 
     def _regime(self, load: float) -> RegimeCosts:

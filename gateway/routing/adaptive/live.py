@@ -10,7 +10,7 @@ Multiplicative, 1 = the model is right:
 
 With nothing measured (the engine idle, its scrape stale) each relaxes back to 1 on
 ``unknown_half_life_s``. The per-request check of the whole model against measured time
-per token is :mod:`gateway.routing.calibration`.
+per token is :mod:`gateway.routing.adaptive.calibration`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gateway.routing.calibration import LatencyBias
+from gateway.routing.adaptive.calibration import LatencyBias
 from gateway.routing.types import Route
 
 

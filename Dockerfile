@@ -46,7 +46,7 @@ COPY --from=build /opt/specgate /opt/specgate
 COPY --chmod=0444 deploy/compose/gateway.yaml /etc/specgate/config.yaml
 
 # Configuration: the file above, overridable by SPECGATE_* environment variables
-# (SPECGATE_SERVER__PORT=9000, SPECGATE_API_KEYS=k1,k2, SPECGATE_CONFIG=/path, ...).
+# (SPECGATE_SERVER__PORT=9000, SPECGATE_API_KEYS=client-key-1,client-key-2, SPECGATE_CONFIG=/path, ...).
 # In a container the gateway must listen on all interfaces, whatever a mounted file
 # says. SPECGATE_HEALTH_PORT only steers the HEALTHCHECK below, e.g. when the image
 # runs `specgate emulate` on another port.

@@ -33,7 +33,7 @@ Configuration comes from, in increasing priority:
        SPECGATE_SERVER__PORT=9000
        SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=120
        SPECGATE_MODELS__0__ROUTING__POLICY=adaptive
-     plus the shortcuts SPECGATE_API_KEYS=k1,k2 and SPECGATE_ADMIN_KEYS=k1,k2
+     plus the shortcuts SPECGATE_API_KEYS=client-key-1,client-key-2 and SPECGATE_ADMIN_KEYS=admin-key-1
      (prefer these to putting keys in files or on the command line);
   3. the flags below.
 

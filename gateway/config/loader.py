@@ -5,7 +5,7 @@ on the field names: ``SPECGATE_SERVER__PORT=9000`` sets ``server.port``,
 ``SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=30`` sets ``models[0].timeouts.total_s``.
 Values are plain strings that pydantic converts (``"9000"`` → 9000, ``"true"`` →
 True); a value starting with ``[`` or ``{`` is read as JSON. Two shortcuts:
-``SPECGATE_API_KEYS=k1,k2`` and ``SPECGATE_ADMIN_KEYS=k1,k2``. ``SPECGATE_CONFIG``
+``SPECGATE_API_KEYS=client-key-1,client-key-2`` and ``SPECGATE_ADMIN_KEYS=admin-key-1``. ``SPECGATE_CONFIG``
 names the file when none is given. Overrides (from CLI flags) are a mapping of
 dotted paths (``{"server.port": 9000}``) or nested dicts.
 

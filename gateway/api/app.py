@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway.api import admin, routes
 from gateway.api.completions import chat_completions, completions
-from gateway.api.state import STATE, GatewayState
+from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.routing.factory import build_policy
@@ -29,7 +29,7 @@ from gateway.routing.types import Policy
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
 from gateway.telemetry.wiring import attach_models, with_scrape_telemetry
 from gateway.wire.errors import ApiError, error_response
-from gateway.wire.headers import REQUEST_ID, request_id
+from gateway.wire.headers import REQUEST_ID
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+        return error_response(exc, {REQUEST_ID: rid_of(request)})
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -56,7 +56,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         else:
             msg = exc.reason
         err = ApiError(exc.status, msg, code=exc.reason.lower().replace(" ", "_"))
-        return error_response(err, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+        return error_response(err, {REQUEST_ID: rid_of(request)})
     except asyncio.CancelledError:
         raise
     except ConnectionResetError:
@@ -66,7 +66,14 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         err = ApiError(500, "internal gateway error", code="internal_error")
-        return error_response(err, {REQUEST_ID: request_id(request.headers.get(REQUEST_ID))})
+        return error_response(err, {REQUEST_ID: rid_of(request)})
+
+
+async def _with_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response carries ``x-request-id``, whichever route or middleware produced it
+    (set as its headers are sent, so streams and errors alike)."""
+    if REQUEST_ID not in response.headers:
+        response.headers[REQUEST_ID] = rid_of(request)
 
 
 def build_app(
@@ -94,6 +101,7 @@ def build_app(
     app.router.add_get("/admin/state", admin.state)
     app.router.add_post("/admin/route", admin.set_route)
     app.router.add_post("/admin/drain", admin.drain)
+    app.on_response_prepare.append(_with_request_id)
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
     return app

@@ -21,7 +21,7 @@ from gateway.api.auth import check_client, check_model_access
 from gateway.api.body import check_content_encoding, parse_body
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
-from gateway.api.state import STATE, GatewayState
+from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.forward import ProxyCall
 from gateway.proxy.result import ProxyResult
@@ -30,7 +30,7 @@ from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Decision, Reason, RequestFeatures, Route
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.wire.errors import ApiError, error_response
-from gateway.wire.headers import REASON, REQUEST_ID, ROUTE, request_id
+from gateway.wire.headers import REASON, REQUEST_ID, ROUTE
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Exchange:
     @classmethod
     def begin(cls, request: web.Request, endpoint: str) -> Exchange:
         started = time.monotonic()
-        rid = request_id(request.headers.get(REQUEST_ID))
+        rid = rid_of(request)
         return cls(request.app[STATE], request, endpoint, rid, started, CIMultiDict({REQUEST_ID: rid}))
 
     # -- the steps, in order -------------------------------------------------------------

@@ -16,6 +16,18 @@ from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.stream import SHUTDOWN
 from gateway.telemetry.hooks import Telemetry
+from gateway.wire.headers import REQUEST_ID, request_id
+
+RID: web.RequestKey[str] = web.RequestKey("specgate_request_id", str)
+
+
+def rid_of(request: web.Request) -> str:
+    """This request's id, chosen once: the client's ``x-request-id`` when it is safe, else a
+    new one. Every response carries it (:func:`gateway.api.app` sets the header on prepare)."""
+    rid = request.get(RID)
+    if rid is None:
+        rid = request[RID] = request_id(request.headers.get(REQUEST_ID))
+    return rid
 
 
 @dataclass

@@ -36,6 +36,17 @@ class _Subcommand(Protocol):
     def main(self, args: argparse.Namespace) -> int: ...
 
 
+def version() -> str:
+    """The installed package's version (its metadata), or "unknown" outside an install."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("specgate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _load(module: str) -> _Subcommand:
     return cast(_Subcommand, importlib.import_module(module))
 
@@ -50,6 +61,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'specgate <command> --help' for the flags of each command.",
     )
+    parser.add_argument("--version", action="version", version=f"specgate {version()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     wanted = None
     if argv:

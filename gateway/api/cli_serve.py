@@ -22,7 +22,9 @@ from gateway.telemetry.logs import ACCESS_FIELDS_ATTR
 DESCRIPTION = """\
 Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
 POST /v1/completions, GET /v1/models) in front of paired vLLM engines, plus
-GET /health, GET /ready, GET /metrics, GET /admin/state and POST /admin/route.
+GET /health, GET /ready, GET /metrics and the admin endpoints GET /admin/state,
+POST /admin/route (pin a model to an engine) and POST /admin/drain (stop new
+requests to an engine before a restart).
 
 Configuration comes from, in increasing priority:
   1. the YAML file given by --config (or $SPECGATE_CONFIG; without either, the

@@ -38,7 +38,7 @@ from gateway.proxy.stream import StreamRelay
 from gateway.routing.types import Decision, Reason
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.logthrottle import LogThrottle
-from gateway.wire.errors import ApiError, error_body
+from gateway.wire.errors import ApiError, engine_error, error_body
 from gateway.wire.headers import REQUEST_ID, downstream_headers, upstream_headers
 
 log = logging.getLogger(__name__)
@@ -241,9 +241,13 @@ class ProxyCall(StreamRelay, BodyRelay):
             pass
         headers = self._client_headers(rt, reason)
         headers.update(downstream_headers(resp.headers))
-        if _is_json_error(body):
+        err = _engine_error(body, resp.status)
+        if err is not None:
             out = web.Response(
-                status=resp.status, body=body, content_type="application/json", headers=headers
+                status=resp.status,
+                body=json.dumps(err).encode(),
+                content_type="application/json",
+                headers=headers,
             )
         else:
             out = web.Response(
@@ -277,9 +281,10 @@ def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
 
 
-def _is_json_error(body: bytes) -> bool:
+def _engine_error(body: bytes, status: int) -> dict[str, object] | None:
+    """The engine's JSON error body in the gateway's shape; None when it is not one."""
     try:
         obj = json.loads(body)
     except ValueError:
-        return False
-    return isinstance(obj, dict) and "error" in obj
+        return None
+    return engine_error(obj, status) if isinstance(obj, dict) else None

@@ -18,6 +18,7 @@ from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.relay import Relay
 from gateway.proxy.result import ProxyResult
 from gateway.proxy.sse import Harvest, Patterns, rewrite_model
+from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
 
 MAX_UPSTREAM_BODY = 64 * 1024 * 1024
@@ -70,6 +71,8 @@ class BodyRelay(Relay):
                 result.harvest.take(obj)
                 if resp.status == 200:
                     data = rewrite_model(data, self._patterns(rt), obj, self.client_model)
+                elif (err := engine_error(obj, resp.status)) is not None:
+                    data = json.dumps(err).encode()  # the gateway's one error shape
         headers["Content-Type"] = ctype
         result.response = web.Response(status=resp.status, body=data, headers=headers)
         result.status = resp.status

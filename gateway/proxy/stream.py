@@ -22,6 +22,7 @@ from gateway.proxy.relay import Relay
 from gateway.proxy.result import ProxyResult
 from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
 from gateway.telemetry.logthrottle import LogThrottle
+from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
 
 log = logging.getLogger(__name__)
@@ -237,6 +238,8 @@ class StreamRelay(Relay):
                 return ev + b"\n\n", False
             if harvest.take(obj):
                 self._token_seen(result)
+            if harvest.error is not None and (err := engine_error(obj, None)) is not None:
+                return b"data: " + json.dumps(err).encode() + b"\n\n", False  # the gateway's shape
             if swallow_usage and obj.get("choices") == [] and "usage" in obj:
                 return b"", False
             return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False

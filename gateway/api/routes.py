@@ -10,6 +10,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.api.auth import bearer_token, check_client, is_admin, key_matches, may_see_model
+from gateway.api.model_cards import engine_fields
 from gateway.api.state import STATE, GatewayState
 from gateway.engines.runtime import EngineRuntime
 from gateway.wire.errors import ApiError
@@ -27,10 +28,17 @@ async def list_models(request: web.Request) -> web.Response:
     if server_keys:
         check_client(request, st.client_keys)
     created = int(st.started_at)
+    visible = [m for m in st.models.values() if may_see_model(request, server_keys, m.config.api_keys)]
+    fields = await engine_fields(st) if visible else {}
     data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "specgate"}
-        for name, m in st.models.items()
-        if may_see_model(request, server_keys, m.config.api_keys)
+        {
+            "id": m.name,
+            "object": "model",
+            "created": created,
+            "owned_by": "specgate",
+            **fields.get(m.name, {}),
+        }
+        for m in visible
     ]
     return _json({"object": "list", "data": data})
 

@@ -41,6 +41,7 @@ class GatewayState:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     workers: list[Any] = field(default_factory=list)  # scrapers / health checkers (start/stop)
     ready_cache: tuple[float, bool, dict[str, object]] | None = None
+    cards_cache: tuple[float, dict[str, dict[str, Any]]] | None = None  # /v1/models: engine fields
     budgets: dict[str, SampleBudget] = field(default_factory=dict)
     draining: bool = False  # set on SIGTERM: /ready is 503 and new requests are refused
     streams: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers relaying a stream

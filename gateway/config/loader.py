@@ -5,8 +5,11 @@ on the field names: ``SPECGATE_SERVER__PORT=9000`` sets ``server.port``,
 ``SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=30`` sets ``models[0].timeouts.total_s``.
 Values are plain strings that pydantic converts (``"9000"`` → 9000, ``"true"`` →
 True); a value starting with ``[`` or ``{`` is read as JSON. Two shortcuts:
-``SPECGATE_API_KEYS=client-key-1,client-key-2`` and ``SPECGATE_ADMIN_KEYS=admin-key-1``. ``SPECGATE_CONFIG``
-names the file when none is given. Overrides (from CLI flags) are a mapping of
+``SPECGATE_API_KEYS=client-key-1,client-key-2`` and ``SPECGATE_ADMIN_KEYS=admin-key-1``.
+``SPECGATE_CONFIG`` names the file when none is given. Other ``SPECGATE_*`` variables
+without ``__`` (``SPECGATE_HEALTH_PORT``) are not configuration and are left alone; one
+with ``__`` must name a section (``SPECGATE_SERVR__PORT`` is an error, as a misspelt
+field is). Overrides (from CLI flags) are a mapping of
 dotted paths (``{"server.port": 9000}``) or nested dicts.
 
 Every failure raises :class:`ConfigError` whose message names the file (or the
@@ -15,6 +18,7 @@ environment variable), the field path and what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -103,6 +107,21 @@ def _env_value(raw: str) -> Any:
     return raw
 
 
+def _check_env_path(name: str, path: list[str]) -> None:
+    """A ``SPECGATE_<SECTION>__...`` variable names a section that exists, and no empty
+    level: a typo fails as a field typo does, naming the variable, instead of being ignored."""
+    origin = f"environment variable {name}"
+    if any(not p for p in path):
+        raise ConfigError(f"{origin}: empty name between '__' separators")
+    if path[0] not in _TOP_LEVEL:
+        close = difflib.get_close_matches(path[0], sorted(_TOP_LEVEL), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"{origin}: unknown section {path[0]!r} (check the spelling; {hint}"
+            f"sections: {', '.join(sorted(_TOP_LEVEL))})"
+        )
+
+
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
     """Apply SPECGATE_* variables in place; returns field path → variable name."""
     origins: dict[str, str] = {}
@@ -114,8 +133,9 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
             path = list(_SHORTCUTS[rest])
         else:
             path = [p.lower() for p in rest.split("__")]
-            if path[0] not in _TOP_LEVEL or any(not p for p in path):
-                continue  # not a config variable (e.g. SPECGATE_CONFIG)
+            if len(path) == 1 and path[0] not in _TOP_LEVEL:
+                continue  # not a config variable (e.g. SPECGATE_CONFIG, SPECGATE_HEALTH_PORT)
+            _check_env_path(name, path)
         _set_path(data, path, _env_value(env[name]), f"environment variable {name}")
         origins[".".join(path)] = name
     return origins

@@ -220,3 +220,29 @@ def test_loading_the_config_does_not_import_telemetry_or_the_app() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("SPECGATE_SERVR__PORT", "unknown section 'servr' (check the spelling; did you mean 'server'?"),
+        ("SPECGATE_MODEL__0__NAME", "did you mean 'models'?"),
+        ("SPECGATE_SERVER____PORT", "empty name"),
+    ],
+)
+def test_a_misspelt_env_section_is_an_error_naming_the_variable(name: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={name: "1"})
+    assert str(e.value).startswith(f"environment variable {name}: ")
+    assert needle in str(e.value)
+
+
+def test_a_misspelt_env_field_is_an_error_too() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"SPECGATE_SERVER__PORTT": "1"})
+    assert "server.portt (set by SPECGATE_SERVER__PORTT): unknown field" in str(e.value)
+
+
+def test_specgate_variables_that_are_not_configuration_are_left_alone() -> None:
+    env = {"SPECGATE_HEALTH_PORT": "8101", "SPECGATE_LT_QPS": "4", "SPECGATE_IMAGE": "x"}
+    assert load_config(None, env=env).server.port == 8000

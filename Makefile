@@ -2,40 +2,51 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
 
 .PHONY: demo test lint typecheck unit system-deps bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# The runtime alone (aiohttp, pydantic, prometheus-client, OpenTelemetry): what `demo` needs.
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing specgate's runtime dependencies into $(VENV) ..."
+	$(BIN)/python -m pip install --progress-bar off -e .
+	touch $@
+
+# Everything the suite needs on top (lint, types, tests, Locust, plots): `test` and friends.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing specgate with its development tools into $(VENV) (a minute or two) ..."
+	$(BIN)/python -m pip install --progress-bar off --upgrade pip
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	touch $@ $(RUNTIME_STAMP)
 
 ## demo: two emulated engines sharing one device timeline + the gateway on :8000
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(BIN)/specgate demo
 
 ## bench: policy benchmark through real sockets (emulated pair + gateway per policy and QPS, ~10 min)
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/specgate bench --out loadtests/results/bench --update-readme README.md
 
 ## system-deps: Prometheus and nginx from Debian packages (real parts used by the tests)
 system-deps:
 	bash scripts/install-system-deps.sh
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check gateway tests loadtests
 	$(BIN)/ruff format --check gateway tests loadtests
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## test: the whole suite — lint, strict types, tests (what CI runs)
-test: $(STAMP) system-deps lint typecheck unit
+test: $(DEV_STAMP) system-deps lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

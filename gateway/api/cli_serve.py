@@ -11,13 +11,16 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.routing.factory import POLICY_NAMES
 from gateway.telemetry.logguard import LogGuard
 from gateway.telemetry.logguard import install as install_guard
 from gateway.telemetry.logs import ACCESS_FIELDS_ATTR
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 DESCRIPTION = """\
 Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
@@ -137,7 +140,7 @@ class _JsonFormatter(_Formatter):
         return json.dumps(out)
 
 
-def _setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> LogGuard:
+def setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> LogGuard:
     """One handler on the root logger, guarded (see :mod:`gateway.telemetry.logguard`)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     if as_json:
@@ -156,6 +159,18 @@ def _setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> L
     return install_guard([handler])
 
 
+def gateway_app(cfg: GatewayConfig, telemetry: Any = None) -> tuple[web.Application, Any]:
+    """The gateway application as ``specgate serve`` runs it: telemetry on as ``cfg.telemetry``
+    says (Prometheus metrics, access log lines, traces per the ``OTEL_*`` environment).
+    Returns the app and its telemetry (``await telemetry.aclose()`` after the runner's cleanup)."""
+    from gateway.api.app import build_app
+    from gateway.telemetry import build_telemetry
+
+    if telemetry is None:
+        telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
+    return build_app(cfg, telemetry=telemetry), telemetry
+
+
 async def _flush_log_summaries(guard: LogGuard) -> None:
     while True:
         await asyncio.sleep(min(1.0, guard.throttle.interval_s))
@@ -172,14 +187,11 @@ async def serve(
     """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``."""
     from aiohttp import web
 
-    from gateway.api.app import RUNNER_KWARGS, build_app
+    from gateway.api.app import RUNNER_KWARGS
     from gateway.api.server import GatewayRunner
     from gateway.api.state import STATE
-    from gateway.telemetry import build_telemetry
 
-    if telemetry is None:
-        telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
-    app = build_app(cfg, telemetry=telemetry)
+    app, telemetry = gateway_app(cfg, telemetry)
     # The grace period is spent in drain() below; cleanup then only closes what is left.
     runner = GatewayRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
     await runner.setup()
@@ -240,7 +252,7 @@ def main(args: argparse.Namespace) -> int:
     if args.check:
         print(_masked(cfg))
         return 0
-    guard = _setup_logging(args.log_level, cfg.server.log_json)
+    guard = setup_logging(args.log_level, cfg.server.log_json)
     from gateway.telemetry import build_telemetry
 
     try:  # the OTEL_* environment (the telemetry: section was validated with the config)

@@ -15,13 +15,15 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from gateway.api.app import RUNNER_KWARGS, build_app
+from gateway.api.app import RUNNER_KWARGS
+from gateway.api.cli_serve import gateway_app, setup_logging
 from gateway.api.server import GatewayRunner
 from gateway.config import load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
@@ -154,7 +156,14 @@ async def start_gateway(
     if policy:
         overrides["models.0.routing.policy"] = policy
     cfg = load_config(None, env={}, overrides=overrides)
-    runner = GatewayRunner(build_app(cfg), **RUNNER_KWARGS)
+    # Built as `specgate serve` builds it: metrics, access log lines and traces as configured.
+    app, telemetry = gateway_app(cfg)
+
+    async def close_telemetry(_: web.Application) -> None:
+        await telemetry.aclose()  # flush trace exporters
+
+    app.on_cleanup.append(close_telemetry)
+    runner = GatewayRunner(app, **RUNNER_KWARGS)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -195,7 +204,9 @@ async def run_demo(
     policy: str | None = None,
     once: bool = False,
     stop: asyncio.Event | None = None,
+    after_samples: Callable[[str], Awaitable[None]] | None = None,
 ) -> list[SampleResult]:
+    """Run the demo; ``after_samples(gateway_url)`` is awaited once the samples are through."""
     group = await start_group(
         pair_launches(host=host, port_spec=spec_port, port_base=base_port, profile=profile),
         time_scale=time_scale,
@@ -214,6 +225,8 @@ async def run_demo(
                 f"{r.label:45s} -> HTTP {r.status}, route={r.route} ({r.reason}), "
                 f"{r.tokens} tokens in {r.seconds * 1e3:.0f} ms"
             )
+        if after_samples is not None:
+            await after_samples(url)
         if once:
             return results
         print(_examples(url), flush=True)
@@ -240,6 +253,7 @@ def main(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
+    guard = setup_logging("INFO", as_json=False)  # as `specgate serve`: access lines on stderr
     try:
         asyncio.run(
             run_demo(
@@ -258,4 +272,6 @@ def main(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         pass
+    finally:
+        guard.flush(final=True)  # rate-limited log lines held back in the last interval
     return 0

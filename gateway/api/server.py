@@ -78,7 +78,7 @@ def _json_error(status: int, message: str, code: str) -> web.Response:
 
 _OVER_CAPACITY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+    b"Retry-After: 1\r\nConnection: close\r\nx-request-id: %s\r\nContent-Length: %d\r\n\r\n%s"
 )
 
 
@@ -91,7 +91,7 @@ def _over_capacity_bytes() -> bytes:
             None,
         )
     ).encode()
-    return _OVER_CAPACITY % (len(body), body)
+    return _OVER_CAPACITY % (new_request_id().encode(), len(body), body)
 
 
 class GatewayRequestHandler(RequestHandler):

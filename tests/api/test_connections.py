@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 
 import aiohttp
 
@@ -95,6 +96,7 @@ async def test_connections_beyond_the_cap_get_an_openai_shaped_503() -> None:
         raw = await asyncio.wait_for(reader.read(-1), 10)
         head, _, body = raw.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 503") and b"Connection: close" in head
+        assert re.search(rb"\r\nx-request-id: [0-9a-f]{32}\r\n", head), head
         assert json.loads(body)["error"]["code"] == "too_many_connections"
         writer.close()
         for _, w in held[:1]:

@@ -130,11 +130,7 @@ def _start_workers(state: GatewayState) -> None:
     for m in state.models.values():
         for rt in m.engines.values():
             session = state.pool.control(rt.name)  # not the request pool: see UpstreamPool
-            headers = (
-                {"Authorization": "Bearer " + rt.config.api_key.get_secret_value()}
-                if rt.config.api_key
-                else None
-            )
+            headers = rt.config.auth_headers() or None
             scraper = MetricsScraper(
                 session,
                 rt.config.url,

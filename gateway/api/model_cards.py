@@ -25,9 +25,7 @@ CARDS_CACHE_S = 10.0
 
 
 async def _engine_card(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> dict[str, Any] | None:
-    headers = (
-        {"Authorization": "Bearer " + rt.config.api_key.get_secret_value()} if rt.config.api_key else None
-    )
+    headers = rt.config.auth_headers() or None
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         session = st.pool.control(rt.name)

@@ -168,6 +168,13 @@ class EngineConfig(_Strict):
             raise ValueError("prompt_lookup_min must be ≤ prompt_lookup_max")
         return self
 
+    def auth_headers(self) -> dict[str, str]:
+        """The header that authenticates the gateway to this engine (none without a key;
+        an empty key counts as none)."""
+        if not self.api_key:
+            return {}
+        return {"Authorization": "Bearer " + self.api_key.get_secret_value()}
+
 
 class PairConfig(_Strict):
     device: str = Field("gpu0", description="engines of a pair share this device timeline")

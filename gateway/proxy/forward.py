@@ -164,8 +164,7 @@ class ProxyCall(StreamRelay, BodyRelay):
         headers = upstream_headers(self.request.headers, self.forward_headers)
         headers[REQUEST_ID] = self.request_id
         headers["Content-Type"] = "application/json"
-        if rt.config.api_key is not None:
-            headers["Authorization"] = "Bearer " + rt.config.api_key.get_secret_value()
+        headers.update(rt.config.auth_headers())
         try:
             headers.update(self.telemetry.upstream_started(rt.name, attempt))
         except Exception:
@@ -241,28 +240,15 @@ class ProxyCall(StreamRelay, BodyRelay):
             pass
         headers = self._client_headers(rt, reason)
         headers.update(downstream_headers(resp.headers))
-        err = _engine_error(body, resp.status)
-        if err is not None:
-            out = web.Response(
-                status=resp.status,
-                body=json.dumps(err).encode(),
-                content_type="application/json",
-                headers=headers,
-            )
-        else:
-            out = web.Response(
-                status=resp.status,
-                body=json.dumps(
-                    error_body(
-                        f"engine {rt.name} failed with HTTP {resp.status}",
-                        "upstream_error",
-                        "upstream_error",
-                        None,
-                    )
-                ).encode(),
-                content_type="application/json",
-                headers=headers,
-            )
+        err = _engine_error(body, resp.status) or error_body(
+            f"engine {rt.name} failed with HTTP {resp.status}", "upstream_error", "upstream_error", None
+        )
+        out = web.Response(
+            status=resp.status,
+            body=json.dumps(err).encode(),
+            content_type="application/json",
+            headers=headers,
+        )
         raise Retryable("status_5xx", out)
 
 

@@ -8,7 +8,6 @@ event stream) and :class:`~gateway.proxy.nonstream.BodyRelay` (a whole answer);
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 
 import aiohttp
@@ -20,7 +19,7 @@ from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Patterns, model_patterns
 from gateway.telemetry.hooks import RequestTelemetry
-from gateway.wire.errors import ApiError
+from gateway.wire.errors import ApiError, error_response
 from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE
 
 
@@ -61,14 +60,7 @@ class Relay:
             rt.record_failure(error)
         code = {502: "upstream_unavailable", 504: "upstream_timeout"}.get(status, error)
         err = ApiError(status, message, code=code)
-        headers = self._client_headers(rt, reason)
-        resp = web.Response(
-            status=status,
-            body=json.dumps(err.body()).encode(),
-            content_type="application/json",
-            headers=headers,
-        )
-        return Retryable(error, resp)
+        return Retryable(error, error_response(err, self._client_headers(rt, reason)))
 
     @contextlib.contextmanager
     def _upstream_read(

@@ -194,7 +194,7 @@ class AdaptivePolicy:
         old = pair.spec if self._routing is Route.SPEC else pair.base
         # about to idle: on its last request, or on a quiet pair (arrivals within one
         # request's life, λ·D, at most two: idle moments come every few seconds)
-        quiet = self._arrival_rate() * self._duration_s <= _QUIET_PAIR
+        quiet = self.mix.arrival_rate() * self._duration_s <= _QUIET_PAIR
         about_to_idle = old.inflight > 0 and (old.inflight <= _HANDOVER_MAX or quiet)
         if not about_to_idle or now - self.mode.last_flip >= self._duration_s or not old.usable:
             self._routing = target
@@ -238,16 +238,13 @@ class AdaptivePolicy:
     def _inv_e_mix(self) -> float:
         return self.mix.mean_inverse_tokens_per_step(self.live.ratio)
 
-    def _arrival_rate(self) -> float:
-        return self.mix.arrival_rate()
-
     def _prefill_share(self) -> float:
         """Share of the device the recent traffic's prompts take to prefill (arrival rate
         × mean prompt tokens × prefill time per token), at most 0.8."""
         if not self.mix:
             return 0.0
         tokens = self.mix.mean_prompt_tokens()
-        return min(0.8, self._arrival_rate() * self.steps.prefill_ms(tokens) / 1000.0)
+        return min(0.8, self.mix.arrival_rate() * self.steps.prefill_ms(tokens) / 1000.0)
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""

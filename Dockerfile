@@ -1,14 +1,16 @@
-# syntax=docker/dockerfile:1
-#
 # specgate container image: the gateway (`specgate serve`) and, from the same image,
 # the GPU-free vLLM emulator (`specgate emulate`).
 #
 #   docker build -t specgate:0.1.0 .
 #   docker run --rm -p 8000:8000 -v "$PWD/my-config.yaml:/etc/specgate/config.yaml:ro" specgate:0.1.0
 #
-# The base image is pinned to an exact Python patch release. To pin by digest as well,
-# pass it at build time:
+# Plain Dockerfile syntax (no BuildKit-only features), so docker's classic builder,
+# BuildKit and buildah all build it. The base is a build argument: any Debian-based image
+# with Python >= 3.11, `python` on PATH, pip, venv and `useradd`. The default is pinned to
+# an exact Python patch release; pin by digest as well with
 #   docker build --build-arg PYTHON_IMAGE=python:3.12.8-slim-bookworm@sha256:<digest> .
+# Without a registry, deploy/image/build.sh makes a Debian base with mmdebstrap and builds
+# this file with buildah (or docker).
 ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm
 
 # ---- stage 1: build the specgate wheel and a self-contained virtual environment -------
@@ -43,7 +45,8 @@ RUN groupadd --system --gid 10001 specgate \
 
 COPY --from=build /opt/specgate /opt/specgate
 # Default configuration; mount your own over it (a file, a ConfigMap, a compose bind).
-COPY --chmod=0444 deploy/compose/gateway.yaml /etc/specgate/config.yaml
+# Owned by root: the gateway's user can read it, not change it.
+COPY deploy/compose/gateway.yaml /etc/specgate/config.yaml
 
 # Configuration: the file above, overridable by SPECGATE_* environment variables
 # (SPECGATE_SERVER__PORT=9000, SPECGATE_API_KEYS=client-key-1,client-key-2, SPECGATE_CONFIG=/path, ...).

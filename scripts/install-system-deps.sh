@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the real servers the test suite drives (Prometheus, nginx) from Debian
-# packages when they are missing. Without root or apt it says what is missing and
+# Installs the real parts the test suite drives from Debian packages when they are
+# missing: Prometheus, nginx, and buildah + mmdebstrap (the image is built and run
+# without a registry or a daemon). Without root or apt it says what is missing and
 # carries on: those tests then skip locally, and fail under CI=true.
 set -euo pipefail
 missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]} (Debian packages)"

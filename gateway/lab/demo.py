@@ -47,39 +47,58 @@ def adults(users):
     return result
 """
 
+_EDIT: dict[str, Any] = {
+    "messages": [
+        {
+            "role": "user",
+            "content": "Rewrite adults() as a list comprehension and return the whole file, "
+            "unchanged otherwise:\n```python\n" + _CODE + "```",
+        }
+    ],
+    "temperature": 0,
+    "max_tokens": 256,
+}
+_CHAT: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "Give me three ideas for a weekend trip in autumn."}],
+    "temperature": 1.0,
+    "max_tokens": 128,
+}
+_MIN_P: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "Name a colour."}],
+    "temperature": 0.7,
+    "min_p": 0.1,
+    "max_tokens": 16,
+}
+
+
+def _run(label: str, body: dict[str, Any], n: int) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{label} ({i}/{n})", body) for i in range(1, n + 1)]
+
+
+# A short story of changing traffic: copy-heavy edits (speculation pays), then open chat at
+# T=1 (it does not: the pair falls back to the plain engine once the evidence is in), and
+# one request only the plain engine accepts.
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
-    (
-        "copy-heavy code edit, T=0",
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": "Rewrite adults() as a list comprehension and return the whole file, "
-                    "unchanged otherwise:\n```python\n" + _CODE + "```",
-                }
-            ],
-            "temperature": 0,
-            "max_tokens": 256,
-        },
-    ),
-    (
-        "open chat, T=1",
-        {
-            "messages": [{"role": "user", "content": "Give me three ideas for a weekend trip in autumn."}],
-            "temperature": 1.0,
-            "max_tokens": 128,
-        },
-    ),
-    (
-        "min_p (the speculative engine refuses it)",
-        {
-            "messages": [{"role": "user", "content": "Name a colour."}],
-            "temperature": 0.7,
-            "min_p": 0.1,
-            "max_tokens": 16,
-        },
-    ),
+    *_run("copy-heavy code edit, T=0", _EDIT, 2),
+    *_run("open chat, T=1", _CHAT, 12),
+    ("min_p (the speculative engine refuses it)", _MIN_P),
 ]
+
+
+_STORY = """\
+The two engines share one device, so the pair serves one regime at a time: everything on
+the speculative engine, or everything on the plain one. Watch it follow the traffic: a
+reason of `prior` means nothing was measured yet, `hysteresis` that the evidence against
+the current regime is still accumulating (one request is no reason to switch).
+"""
+
+
+def _print_result(r: SampleResult) -> None:
+    print(
+        f"{r.label:45s} -> HTTP {r.status}, route={r.route} ({r.reason}), "
+        f"{r.tokens} tokens in {r.seconds * 1e3:.0f} ms",
+        flush=True,
+    )
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -113,8 +132,11 @@ class SampleResult:
     seconds: float
 
 
-async def send_samples(gateway_url: str, model: str = "qwen3-8b") -> list[SampleResult]:
-    """Send the sample requests through the gateway (streaming) and report each one's route."""
+async def send_samples(
+    gateway_url: str, model: str = "qwen3-8b", on_result: Callable[[SampleResult], None] | None = None
+) -> list[SampleResult]:
+    """Send the sample requests through the gateway (streaming), one after the other, and
+    report each one's route (to ``on_result`` too, as each completes)."""
     out = []
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -128,17 +150,18 @@ async def send_samples(gateway_url: str, model: str = "qwen3-8b") -> list[Sample
                     if line.startswith("data: {") and '"usage":{' in line:
                         with contextlib.suppress(ValueError, KeyError, TypeError):
                             tokens = int(json.loads(line[6:])["usage"]["completion_tokens"])
-                out.append(
-                    SampleResult(
-                        label,
-                        r.status,
-                        r.headers.get("x-specgate-route"),
-                        r.headers.get("x-specgate-reason"),
-                        r.headers.get("x-specgate-engine"),
-                        tokens,
-                        time.perf_counter() - t0,
-                    )
+                result = SampleResult(
+                    label,
+                    r.status,
+                    r.headers.get("x-specgate-route"),
+                    r.headers.get("x-specgate-reason"),
+                    r.headers.get("x-specgate-engine"),
+                    tokens,
+                    time.perf_counter() - t0,
                 )
+                out.append(result)
+                if on_result is not None:
+                    on_result(result)
     return out
 
 
@@ -219,12 +242,8 @@ async def run_demo(
             print(f"engine  {e.handle.name:15s} {kind:25s} {e.url}")
         print(f"gateway qwen3-8b        {'(routes per request)':25s} {url}\n", flush=True)
         await asyncio.sleep(0.6)  # let the gateway scrape both engines once
-        results = await send_samples(url)
-        for r in results:
-            print(
-                f"{r.label:45s} -> HTTP {r.status}, route={r.route} ({r.reason}), "
-                f"{r.tokens} tokens in {r.seconds * 1e3:.0f} ms"
-            )
+        print(_STORY, flush=True)
+        results = await send_samples(url, on_result=_print_result)
         if after_samples is not None:
             await after_samples(url)
         if once:

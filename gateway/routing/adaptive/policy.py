@@ -119,7 +119,7 @@ class AdaptivePolicy:
         self._last_costs = costs
         speedup = costs.speedup
         speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s)
-        no_data = spec.stale and evidence == 0.0 and not self.live.measured
+        no_data = evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.mode.margin
 
         probe = False
@@ -141,13 +141,13 @@ class AdaptivePolicy:
             route, reason, probe = Route.SPEC, Reason.PROBE, True
         else:
             route = Route.BASE
-            if no_data:
-                reason = Reason.PRIOR
-            elif speedup > threshold:
+            if speedup > threshold:
                 reason = Reason.BELOW_BREAK_EVEN  # held in fallback: not enough evidence yet
+            elif self._regime(1.0).speedup > 1.0:
+                reason = Reason.HIGH_LOAD  # the measured load holds it here (unloaded, spec wins)
             else:
-                # what holds it here: load (unloaded, spec would be faster), or acceptance
-                reason = Reason.HIGH_LOAD if self._regime(1.0).speedup > 1.0 else Reason.LOW_ACCEPTANCE
+                # acceptance holds it here: as measured, or as the prior expects
+                reason = Reason.PRIOR if no_data else Reason.LOW_ACCEPTANCE
         if route is Route.SPEC:
             self.live.track_expected(blended, p_draft, q)
         own_spec_ms = costs.spec_ms / self._inv_e_mix() / e

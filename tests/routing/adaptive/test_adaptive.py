@@ -31,17 +31,28 @@ def policy(**kw: object) -> AdaptivePolicy:
 
 
 def warm(p: AdaptivePolicy, traffic: tuple[RequestFeatures, ...], mv: ModelView, t0: float = 0.0) -> float:
-    """Feed 30 s of steady traffic (10 req/s) so the mix and the mode settle; returns the time."""
+    """Feed 30 s of steady traffic (10 req/s) so the mix and the mode settle, each request's
+    outcome measuring the acceptance the policy expected of it; returns the time."""
     t = t0
     for i in range(300):
-        p.decide(traffic[i % len(traffic)], mv, t)
+        f = traffic[i % len(traffic)]
+        d = p.decide(f, mv, t)
+        if d.predicted_acceptance is not None:
+            accepted = max(0.0, min(1.0, (d.predicted_acceptance - 1.0) / p.k))
+            p.observe(
+                Outcome("m", d.route, d.engine, f.kind, f.temperature, ok=True, lookup_acceptance=accepted), t
+            )
         t = round(t + 0.1, 6)
     return t
 
 
 CASES = [
     # (name, warm-up traffic or None, request, model view, expected route, allowed reasons)
-    ("low load copy-heavy T=0", None, EDIT, view(), Route.SPEC, {"predicted_faster"}),
+    # A fresh gateway knows only its prior, and says so.
+    ("fresh: copy-heavy T=0", None, EDIT, view(), Route.SPEC, {"prior"}),
+    ("fresh: open chat T=1", None, CHAT_HOT, view(), Route.BASE, {"prior"}),
+    # Once acceptance was measured, the reasons name what the measurement showed.
+    ("low load copy-heavy T=0", (EDIT,), EDIT, view(), Route.SPEC, {"predicted_faster"}),
     ("low load mixed traffic", MIXED, EDIT, view(), Route.SPEC, {"predicted_faster"}),
     (
         "heavy load warm traffic",
@@ -59,7 +70,6 @@ CASES = [
         Route.BASE,
         {"high_load"},
     ),
-    ("open chat T=1", None, CHAT_HOT, view(), Route.BASE, {"low_acceptance"}),
     ("open chat stream T=1", (CHAT_HOT,), CHAT_HOT, view(), Route.BASE, {"low_acceptance"}),
     (
         "refused params",

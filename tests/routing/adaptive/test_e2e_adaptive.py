@@ -72,8 +72,18 @@ async def test_adaptive_routes_through_scraped_emulated_pair(
             max_tokens=64,  # type: ignore[arg-type]
         )
         assert edit.headers["x-specgate-route"] == "spec"
-        assert edit.headers["x-specgate-reason"] == "predicted_faster"  # live views, not the prior
+        # A fresh gateway has measured no acceptance yet: the reason says it went on the prior.
+        assert edit.headers["x-specgate-reason"] == "prior"
         assert edit.parse().choices[0].message.content
+        # Its outcome was learned: the same kind of request is now routed on what was measured.
+        edit = await client.chat.completions.with_raw_response.create(
+            model="qwen3-8b",
+            messages=EDIT,
+            temperature=0,
+            max_tokens=64,  # type: ignore[arg-type]
+        )
+        assert edit.headers["x-specgate-route"] == "spec"
+        assert edit.headers["x-specgate-reason"] == "predicted_faster"
 
         chat = await client.chat.completions.with_raw_response.create(
             model="qwen3-8b",
@@ -83,7 +93,8 @@ async def test_adaptive_routes_through_scraped_emulated_pair(
         )
         # One copy-heavy request in the mix keeps the pair speculating: no split between engines.
         assert chat.headers["x-specgate-route"] in ("spec", "base")
-        assert chat.headers["x-specgate-reason"] in ("predicted_faster", "hysteresis", "low_acceptance")
+        reasons = ("predicted_faster", "hysteresis", "low_acceptance", "prior")
+        assert chat.headers["x-specgate-reason"] in reasons
 
         async with aiohttp.ClientSession() as s, s.get(gw.make_url("/admin/state")) as r:
             assert r.status == 200

@@ -45,6 +45,7 @@ from locust.runners import WorkerRunner
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
+from gateway.wire.sse import ChatStream
 from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
 from gateway.workload.schedule import PoissonPacer, Schedule, parse_schedule
 
@@ -245,33 +246,15 @@ class ChatUser(User):
         self._report(rec, exc)
 
     def _read_stream(self, resp: requests.Response, rec: RequestRecord, start: float) -> None:
-        usage_tokens: int | None = None
-        done = False
-        for raw in resp.iter_lines():
-            if not raw or not raw.startswith(b"data:"):
-                continue
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                done = True
+        stream = ChatStream()
+        for data in resp.iter_content(chunk_size=512):
+            if stream.feed(data) and rec.ttft is None:
+                rec.ttft = time.perf_counter() - start
+            if stream.done:
                 break
-            obj = json.loads(data)
-            if "error" in obj:
-                err = obj["error"]
-                raise RuntimeError(
-                    f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
-                )
-            for choice in obj.get("choices") or ():
-                content = (choice.get("delta") or {}).get("content")
-                if content:
-                    if rec.ttft is None:
-                        rec.ttft = time.perf_counter() - start
-                    rec.chunks += 1
-            usage = obj.get("usage")
-            if usage and usage.get("completion_tokens") is not None:
-                usage_tokens = int(usage["completion_tokens"])
-        if not done:
-            raise RuntimeError("stream ended without data: [DONE]")
-        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+        stream.finish()
+        rec.chunks = stream.content_chunks
+        rec.output_tokens = stream.output_tokens
 
     def _report(self, rec: RequestRecord, exc: BaseException | None) -> None:
         fire = self.environment.events.request.fire

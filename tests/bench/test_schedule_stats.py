@@ -48,6 +48,26 @@ def test_summary() -> None:
 def test_percentile() -> None:
     assert percentile([], 50) is None
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5
+    assert percentile([4, 1, 3, 2], 0) == 1 and percentile([4, 1, 3, 2], 100) == 4
+    for bad in (-1, 101, 99.9):
+        with pytest.raises(ValueError):
+            percentile([1, 2], bad)
+
+
+def _linear(values: list[float], q: float) -> float:
+    """The definition written out: rank (n - 1) * q / 100, interpolated."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 100, 1001])
+def test_percentile_interpolates_linearly(n: int) -> None:
+    rng = random.Random(n)
+    values = [rng.expovariate(1.0) for _ in range(n)]
+    for q in (1, 25, 50, 90, 99):
+        assert percentile(values, q) == pytest.approx(_linear(values, q), rel=1e-12)
 
 
 def _arrivals(spec: str, pool: int, seed: int = 0) -> list[float]:

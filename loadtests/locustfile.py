@@ -7,11 +7,13 @@ Arrivals are open-loop: each user runs a Poisson process of rate ``qps / pool``,
 offered load follows the ``--qps`` schedule whatever the latency, as long as the user pool
 is large enough (the run warns when requests leave late).
 
-Custom Locust metrics (request type / name):
+Locust rows (request type / name):
+  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens.
+                    Only these are requests: Locust's ``Aggregated`` row counts them alone.
   ``TTFT <kind>``   time to the first content delta, ms
   ``TPOT <kind>``   time per output token after the first, ms
   ``OTPS <kind>``   output tokens/s of one request (the "ms" columns hold tokens/s)
-  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens
+The last three are per-request measurements shown beside the requests, not requests.
 
 Headless run writing CSVs (``--csv`` is Locust's own; ``--specgate-requests-csv`` adds one
 row per request with route, TTFT, TPOT, tokens):
@@ -257,45 +259,27 @@ class ChatUser(User):
         rec.output_tokens = stream.output_tokens
 
     def _report(self, rec: RequestRecord, exc: BaseException | None) -> None:
-        fire = self.environment.events.request.fire
-        e2e_ms = (rec.e2e or 0.0) * 1000
-        fire(
+        # The request goes through Locust's request event: its row, Aggregated, failures.
+        self.environment.events.request.fire(
             request_type="POST",
             name=rec.kind,
-            response_time=e2e_ms,
+            response_time=(rec.e2e or 0.0) * 1000,
             response_length=rec.output_tokens,
             exception=exc,
             context={"subkind": rec.subkind, "route": rec.route},
         )
         if exc is not None:
             return
+        # Per-request measurements get rows of their own, written straight into the stats
+        # (locally and, through the worker reports, on the master) so that Aggregated and
+        # the request count stay the requests'.
+        stats = self.environment.stats
         if rec.ttft is not None and self.stream:
-            fire(
-                request_type="TTFT",
-                name=rec.kind,
-                response_time=rec.ttft * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "TTFT").log(rec.ttft * 1000, 0)
         if rec.tpot is not None and self.stream:
-            fire(
-                request_type="TPOT",
-                name=rec.kind,
-                response_time=rec.tpot * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "TPOT").log(rec.tpot * 1000, 0)
         if rec.tokens_per_s is not None:
-            fire(
-                request_type="OTPS",
-                name=rec.kind,
-                response_time=rec.tokens_per_s,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "OTPS").log(rec.tokens_per_s, 0)
 
 
 class QpsShape(LoadTestShape):

@@ -36,9 +36,7 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
         "-t",
         f"{RUN_S}s",
         "--qps",
-        "3",
-        "--pool",
-        "8",
+        "3",  # and the default --pool auto
         "--mix",
         "edit=0.5,summary=0.2,chat=0.3",
         "--temperature",
@@ -68,7 +66,7 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
     agg = stats[("", "Aggregated")]
     assert int(agg["Failure Count"]) == 0, log[-3000:]
     posts = sum(int(r["Request Count"]) for (t, _), r in stats.items() if t == "POST")
-    assert posts >= 10  # ~3 req/s for 15 s
+    assert 20 <= posts <= 75  # ~3 req/s for 15 s, with the pool left to size itself
     for metric in ("TTFT", "TPOT", "OTPS"):
         counts = [int(r["Request Count"]) for (t, _), r in stats.items() if t == metric]
         assert sum(counts) > 0, f"no {metric} samples"
@@ -97,3 +95,4 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
     assert all(r["ok"] == "True" and r["route"] in ("spec", "base") for r in reqs)
     assert {r["kind"] for r in reqs} <= {"edit", "summary", "chat"}
     assert "[specgate]" in log and "0 failed" in log
+    assert "late with a pool of" not in log  # the auto pool carried the QPS on time

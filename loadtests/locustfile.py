@@ -18,15 +18,19 @@ Locust rows (request type / name):
   ``OTPS <kind>``   output tokens/s of one request (the "ms" columns hold tokens/s)
 The last three are per-request measurements shown beside the requests, not requests.
 
-Headless run writing CSVs (``--csv`` is Locust's own; ``--specgate-requests-csv`` adds one
-row per request with route, TTFT, TPOT, tokens):
+A short headless run, then one writing CSVs (``--csv`` is Locust's own;
+``--specgate-requests-csv`` adds one row per request with route, TTFT, TPOT, tokens):
+
+    locust -f loadtests/locustfile.py --headless -H http://127.0.0.1:8000 -t 20s --qps 2
 
     locust -f loadtests/locustfile.py --headless -H http://127.0.0.1:8000 \\
         --qps "1:30,2:30,4:30" --mix "edit=0.4,summary=0.2,rag=0.1,chat=0.3" \\
         --temperature "uniform:0:1" --model qwen3-8b --csv out/run \\
         --specgate-requests-csv out/requests.csv
 
-Every option has an environment variable (``SPECGATE_LT_<NAME>``), see ``--help``.
+Every option has an environment variable (``SPECGATE_LT_<NAME>``). Locust's own ``--help``
+exits before it imports a locustfile, so it cannot list them: ``python
+loadtests/locustfile.py --help`` prints Locust's help with the specgate options.
 ``--qps 0`` switches to closed-loop: ``-u`` users, each sending back to back.
 """
 
@@ -42,6 +46,7 @@ import sys
 import time
 from typing import Any
 
+import locust  # noqa: F401  (first: it monkey-patches the standard library before requests loads ssl)
 import requests
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
@@ -65,7 +70,11 @@ _ARRIVALS: PoissonPacer | None = None  # this process's arrival stream, shared b
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    g = parser.add_argument_group("specgate", "OpenAI chat load from specgate's prompt corpus")
+    g = parser.add_argument_group(
+        "specgate",
+        "OpenAI chat load from specgate's prompt corpus. Every option can also be set with "
+        "the environment variable named after it (SPECGATE_LT_<NAME>, shown with each).",
+    )
 
     def opt(name: str, default: str, help_text: str, **kw: Any) -> None:
         env = "SPECGATE_LT_" + name.lstrip("-").replace("specgate-", "").replace("-", "_").upper()
@@ -366,3 +375,11 @@ class QpsShape(LoadTestShape):
             o.specgate_pool_size = pool
         # At most 100 users/s (Locust warns above that) unless the QPS needs them faster.
         return pool, float(min(pool, max(100.0, 2 * sched.peak_qps)))
+
+
+if __name__ == "__main__":
+    # ``python loadtests/locustfile.py --help``: Locust's help with this file's options
+    # (``locust -f ... --help`` prints it before importing the file, without them).
+    from locust.argument_parser import get_parser
+
+    get_parser().print_help()

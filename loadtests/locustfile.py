@@ -3,25 +3,34 @@
 Users send streaming ``/v1/chat/completions`` requests drawn from specgate's prompt corpus
 (``gateway.workload``: copy-heavy code edits, summaries/extraction/quoting over pasted
 documents, RAG questions, open chat) at a configurable temperature distribution.
-Arrivals are open-loop: each user runs a Poisson process of rate ``qps / pool``, so the
-offered load follows the ``--qps`` schedule whatever the latency, as long as the user pool
-is large enough (the run warns when requests leave late).
+Arrivals are open-loop: one Poisson stream follows the ``--qps`` schedule and each idle
+user of a pool takes the next arrival, so the offered load holds whatever the latency as
+long as the pool can hold the requests in flight. ``--pool auto`` (the default) sizes it
+from the schedule's peak QPS and the answers' latency
+(``gateway.workload.schedule.pool_size``) and grows it as the run goes; the run warns
+when requests still leave late.
 
-Custom Locust metrics (request type / name):
+Locust rows (request type / name):
+  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens.
+                    Only these are requests: Locust's ``Aggregated`` row counts them alone.
   ``TTFT <kind>``   time to the first content delta, ms
   ``TPOT <kind>``   time per output token after the first, ms
   ``OTPS <kind>``   output tokens/s of one request (the "ms" columns hold tokens/s)
-  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens
+The last three are per-request measurements shown beside the requests, not requests.
 
-Headless run writing CSVs (``--csv`` is Locust's own; ``--specgate-requests-csv`` adds one
-row per request with route, TTFT, TPOT, tokens):
+A short headless run, then one writing CSVs (``--csv`` is Locust's own;
+``--specgate-requests-csv`` adds one row per request with route, TTFT, TPOT, tokens):
+
+    locust -f loadtests/locustfile.py --headless -H http://127.0.0.1:8000 -t 20s --qps 2
 
     locust -f loadtests/locustfile.py --headless -H http://127.0.0.1:8000 \\
-        --qps "1:30,2:30,4:30" --pool 64 --mix "edit=0.4,summary=0.2,rag=0.1,chat=0.3" \\
+        --qps "1:30,2:30,4:30" --mix "edit=0.4,summary=0.2,rag=0.1,chat=0.3" \\
         --temperature "uniform:0:1" --model qwen3-8b --csv out/run \\
         --specgate-requests-csv out/requests.csv
 
-Every option has an environment variable (``SPECGATE_LT_<NAME>``), see ``--help``.
+Every option has an environment variable (``SPECGATE_LT_<NAME>``). Locust's own ``--help``
+exits before it imports a locustfile, so it cannot list them: ``python
+loadtests/locustfile.py --help`` prints Locust's help with the specgate options.
 ``--qps 0`` switches to closed-loop: ``-u`` users, each sending back to back.
 """
 
@@ -37,6 +46,7 @@ import sys
 import time
 from typing import Any
 
+import locust  # noqa: F401  (first: it monkey-patches the standard library before requests loads ssl)
 import requests
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
@@ -45,8 +55,9 @@ from locust.runners import WorkerRunner
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
+from gateway.wire.sse import ChatStream
 from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
-from gateway.workload.schedule import PoissonPacer, Schedule, parse_schedule
+from gateway.workload.schedule import PoissonPacer, Schedule, grown_pool, parse_schedule, pool_size
 
 ROUTE_HEADER = "x-specgate-route"
 REASON_HEADER = "x-specgate-reason"
@@ -54,11 +65,16 @@ REASON_HEADER = "x-specgate-reason"
 _T0: float | None = None  # wall-clock start of the test on this process
 _RECORDS: list[RequestRecord] = []
 _USER_IDS = itertools.count()
+_ARRIVALS: PoissonPacer | None = None  # this process's arrival stream, shared by its users
 
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    g = parser.add_argument_group("specgate", "OpenAI chat load from specgate's prompt corpus")
+    g = parser.add_argument_group(
+        "specgate",
+        "OpenAI chat load from specgate's prompt corpus. Every option can also be set with "
+        "the environment variable named after it (SPECGATE_LT_<NAME>, shown with each).",
+    )
 
     def opt(name: str, default: str, help_text: str, **kw: Any) -> None:
         env = "SPECGATE_LT_" + name.lstrip("-").replace("specgate-", "").replace("-", "_").upper()
@@ -69,7 +85,13 @@ def _add_arguments(parser: Any) -> None:
         "2",
         "target-QPS schedule: 4 | 1:30,2:30,4:60 | ramp:0.5-8:120 | steps:1-16:5x20; 0 = closed loop",
     )
-    opt("--pool", "64", "users kept alive to carry the arrivals (max requests in flight)")
+    opt(
+        "--pool",
+        "auto",
+        "users kept alive to carry the arrivals (the most requests in flight): a number, or "
+        "auto: 2 x peak QPS x latency + 8, latency taken as 10 s until answers are timed, "
+        "then their p95; grown while the run goes, never shrunk",
+    )
     opt(
         "--mix",
         "default",
@@ -98,16 +120,59 @@ def _schedule(env: Environment) -> Schedule:
     return parse_schedule(str(_opts(env).qps))
 
 
+def _auto_pool(env: Environment) -> bool:
+    return str(_opts(env).pool).strip().lower() == "auto"
+
+
+def _pool(env: Environment) -> int:
+    """The pool now: ``--pool N``, or the auto size (kept in the options by the shape, so
+    that distributed workers get it with each spawn message)."""
+    o = _opts(env)
+    if not _auto_pool(env):
+        return max(1, int(o.pool))
+    return int(getattr(o, "specgate_pool_size", 0)) or pool_size(_schedule(env).peak_qps)
+
+
+def _arrivals(env: Environment) -> PoissonPacer:
+    """This process's arrivals: one Poisson stream at the schedule's rate (a worker's share
+    of it in a distributed run). Each idle user takes the next arrival, so requests leave
+    late only when every user of the pool is busy."""
+    global _ARRIVALS
+    runner = env.runner
+    if _ARRIVALS is None:
+        worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
+        rng = random.Random(f"{_opts(env).seed}:{worker}:arrivals")
+        _ARRIVALS = PoissonPacer(_schedule(env), 1, rng)
+    if isinstance(runner, WorkerRunner) and runner.target_user_count > 0:
+        # this worker's users are target_user_count of the whole pool
+        _ARRIVALS.pool = max(1.0, _pool(env) / runner.target_user_count)
+    return _ARRIVALS
+
+
+def _latency_s(env: Environment) -> float | None:
+    """p95 of the requests' e2e so far, and of the last ~10 s when that is larger; None
+    before the first answer (the Aggregated row counts requests only)."""
+    total = env.stats.total
+    if total.num_requests == 0:
+        return None
+    ms = float(total.get_response_time_percentile(0.95) or 0)
+    if total.use_response_times_cache:
+        ms = max(ms, float(total.get_current_response_time_percentile(0.95) or 0))
+    return ms / 1000
+
+
 @events.test_start.add_listener
 def _on_start(environment: Environment, **_: Any) -> None:
-    global _T0
+    global _T0, _ARRIVALS
     _T0 = time.time()
+    _ARRIVALS = None
     _RECORDS.clear()
     o = _opts(environment)
     # Fail fast on bad options, on every process.
     parse_mix(o.mix)
     TemperatureDist.parse(o.temperature)
     _schedule(environment)
+    _pool(environment)
 
 
 @events.test_stop.add_listener
@@ -131,7 +196,8 @@ def _on_stop(environment: Environment, **_: Any) -> None:
     late = s["lateness_p99_s"] or 0.0
     if late > 0.5:
         print(
-            f"[specgate] warning: p99 of requests left {late:.2f}s late; raise --pool to hold the QPS",
+            f"[specgate] warning: p99 of requests left {late:.2f}s late with a pool of "
+            f"{_pool(environment)}; raise --pool to hold the QPS",
             file=sys.stderr,
         )
     path = str(o.specgate_requests_csv)
@@ -149,7 +215,8 @@ def _on_stop(environment: Environment, **_: Any) -> None:
 
 
 class ChatUser(User):
-    """One slot of the user pool: sends the corpus' requests on a Poisson schedule."""
+    """One slot of the user pool: takes the next arrival of the ``--qps`` schedule, sends a
+    request from the corpus then, and waits for its answer."""
 
     abstract = False
 
@@ -162,7 +229,6 @@ class ChatUser(User):
         self.mix = parse_mix(o.mix)
         self.temps = TemperatureDist.parse(o.temperature)
         self.schedule = _schedule(environment)
-        self.pool = max(1, int(o.pool))
         self.stream = str(o.stream).lower() in ("1", "true", "yes", "on")
         self.timeout = float(o.request_timeout)
         self.model = str(o.model)
@@ -173,24 +239,24 @@ class ChatUser(User):
             self.headers[ROUTE_HEADER] = str(o.route)
         self.session = requests.Session()
         self.closed_loop = self.schedule.peak_qps == 0
-        self.pacer = None if self.closed_loop else PoissonPacer(self.schedule, self.pool, self.rng)
+        self.arrival: float | None = None  # when the next request is due, s since the start
 
     def on_stop(self) -> None:
         self.session.close()
 
     # Locust calls wait_time() between tasks; on_start also waits before the first one.
     def wait_time(self) -> float:
-        if self.pacer is None:
+        if self.closed_loop:
             return 0.0
         now = time.time()
         t0 = _T0 if _T0 is not None else now
-        nxt = self.pacer.advance(now - t0)
-        if nxt is None:
+        self.arrival = _arrivals(self.environment).advance(now - t0)
+        if self.arrival is None:
             return 3600.0  # schedule over: idle until the shape stops the run
-        return max(0.0, t0 + nxt - now)
+        return max(0.0, t0 + self.arrival - now)
 
     def on_start(self) -> None:
-        if self.pacer is not None:
+        if not self.closed_loop:
             self.wait()
 
     @task
@@ -201,8 +267,7 @@ class ChatUser(User):
         body = to_openai_body(req, self.model, stream=self.stream)
         now = time.time()
         t0 = _T0 if _T0 is not None else now
-        at = self.pacer.next_at if self.pacer is not None else None
-        scheduled = t0 + at if at is not None else now
+        scheduled = t0 + self.arrival if self.arrival is not None else now
         stage = self.schedule.stage_index(scheduled - t0) or 0
         rec = RequestRecord(
             start=now,
@@ -245,82 +310,47 @@ class ChatUser(User):
         self._report(rec, exc)
 
     def _read_stream(self, resp: requests.Response, rec: RequestRecord, start: float) -> None:
-        usage_tokens: int | None = None
-        done = False
-        for raw in resp.iter_lines():
-            if not raw or not raw.startswith(b"data:"):
-                continue
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                done = True
+        stream = ChatStream()
+        for data in resp.iter_content(chunk_size=512):
+            if stream.feed(data) and rec.ttft is None:
+                rec.ttft = time.perf_counter() - start
+            if stream.done:
                 break
-            obj = json.loads(data)
-            if "error" in obj:
-                err = obj["error"]
-                raise RuntimeError(
-                    f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
-                )
-            for choice in obj.get("choices") or ():
-                content = (choice.get("delta") or {}).get("content")
-                if content:
-                    if rec.ttft is None:
-                        rec.ttft = time.perf_counter() - start
-                    rec.chunks += 1
-            usage = obj.get("usage")
-            if usage and usage.get("completion_tokens") is not None:
-                usage_tokens = int(usage["completion_tokens"])
-        if not done:
-            raise RuntimeError("stream ended without data: [DONE]")
-        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+        stream.finish()
+        rec.chunks = stream.content_chunks
+        rec.output_tokens = stream.output_tokens
 
     def _report(self, rec: RequestRecord, exc: BaseException | None) -> None:
-        fire = self.environment.events.request.fire
-        e2e_ms = (rec.e2e or 0.0) * 1000
-        fire(
+        # The request goes through Locust's request event: its row, Aggregated, failures.
+        self.environment.events.request.fire(
             request_type="POST",
             name=rec.kind,
-            response_time=e2e_ms,
+            response_time=(rec.e2e or 0.0) * 1000,
             response_length=rec.output_tokens,
             exception=exc,
             context={"subkind": rec.subkind, "route": rec.route},
         )
         if exc is not None:
             return
+        # Per-request measurements get rows of their own, written straight into the stats
+        # (locally and, through the worker reports, on the master) so that Aggregated and
+        # the request count stay the requests'.
+        stats = self.environment.stats
         if rec.ttft is not None and self.stream:
-            fire(
-                request_type="TTFT",
-                name=rec.kind,
-                response_time=rec.ttft * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "TTFT").log(rec.ttft * 1000, 0)
         if rec.tpot is not None and self.stream:
-            fire(
-                request_type="TPOT",
-                name=rec.kind,
-                response_time=rec.tpot * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "TPOT").log(rec.tpot * 1000, 0)
         if rec.tokens_per_s is not None:
-            fire(
-                request_type="OTPS",
-                name=rec.kind,
-                response_time=rec.tokens_per_s,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+            stats.get(rec.kind, "OTPS").log(rec.tokens_per_s, 0)
 
 
 class QpsShape(LoadTestShape):
     """Keeps the user pool alive for the length of the ``--qps`` schedule.
 
     The offered load is set by the users' Poisson pacing, not by the user count; the pool
-    only bounds the requests in flight. ``--qps 0`` (closed loop) uses ``-u``/``-r``/``-t``.
-    An open-ended schedule (``--qps 4``) runs until ``-t``/``--run-time``.
+    only bounds the requests in flight. With ``--pool auto`` each tick grows it to what the
+    peak QPS needs at the latency seen so far. ``--qps 0`` (closed loop) uses
+    ``-u``/``-r``/``-t``. An open-ended schedule (``--qps 4``) runs until ``-t``/``--run-time``.
     """
 
     use_common_options = True
@@ -339,5 +369,17 @@ class QpsShape(LoadTestShape):
             return int(o.num_users or 1), float(o.spawn_rate or 1)
         if math.isfinite(sched.duration_s) and t >= sched.duration_s:
             return None
-        pool = max(1, int(o.pool))
-        return pool, float(pool)
+        pool = _pool(env)
+        if _auto_pool(env):
+            pool = grown_pool(pool, sched.peak_qps, _latency_s(env))
+            o.specgate_pool_size = pool
+        # At most 100 users/s (Locust warns above that) unless the QPS needs them faster.
+        return pool, float(min(pool, max(100.0, 2 * sched.peak_qps)))
+
+
+if __name__ == "__main__":
+    # ``python loadtests/locustfile.py --help``: Locust's help with this file's options
+    # (``locust -f ... --help`` prints it before importing the file, without them).
+    from locust.argument_parser import get_parser
+
+    get_parser().print_help()

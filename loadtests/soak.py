@@ -3,8 +3,8 @@
 
 This process hosts the emulated spec+base pair (one shared device timeline, real time)
 and the load generator; the gateway runs as a separate ``specgate serve`` process so
-that its resident memory (VmRSS) and open file descriptors can be sampled from
-``/proc``. Load: an open-loop Poisson stream of the workload corpus (edits, summaries,
+that its resident memory (VmRSS) and open file descriptors can be sampled (psutil,
+``/proc``). Load: an open-loop Poisson stream of the workload corpus (edits, summaries,
 RAG, chat; temperatures 0-1; streaming and not), plus clients that hang up mid-stream
 and a trickle of hostile requests (bad JSON, NaN, negative or huge parameters, deep
 nesting, oversized bodies, invalid UTF-8, UTF-16, mismatched Content-Encoding, a gzip
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import yaml
 
 from gateway.bench.procs import emulated_pair_model, start_serve
@@ -457,26 +458,21 @@ async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: 
 
 
 def proc_sample(pid: int) -> tuple[int, int]:
-    with open(f"/proc/{pid}/status") as fh:
-        rss = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return rss, fds
+    """(resident memory in KiB, as VmRSS; open file descriptors) of process ``pid``."""
+    p = psutil.Process(pid)
+    with p.oneshot():
+        return p.memory_info().rss // 1024, p.num_fds()
 
 
 def fd_detail(pid: int) -> list[str]:
-    """What the process's fds are: files, or TCP sockets with their ports and state."""
-    tcp: dict[str, str] = {}
-    states = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as fh:
-                next(fh)
-                for line in fh:
-                    f = line.split()
-                    lport, rport = int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16)
-                    tcp[f[9]] = f"tcp :{lport} -> :{rport} {states.get(f[3], f[3])}"
-        except OSError:
-            pass
+    """What the process's fds are: files, or TCP sockets with their ports and state.
+
+    psutil names the TCP sockets; the fds themselves are read from ``/proc/PID/fd``, as
+    psutil lists regular files and sockets only, not the pipes and event fds a leak can be."""
+    tcp = {
+        c.fd: f"tcp :{c.laddr.port if c.laddr else 0} -> :{c.raddr.port if c.raddr else 0} {c.status}"
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+    }
     out = []
     for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
         try:
@@ -484,7 +480,7 @@ def fd_detail(pid: int) -> list[str]:
         except OSError:
             continue
         if target.startswith("socket:["):
-            target = tcp.get(target[8:-1], target)
+            target = tcp.get(int(fd), target)
         out.append(f"{fd}: {target}")
     return out
 
@@ -496,7 +492,7 @@ async def sampler(
     while not stop.is_set():
         try:
             rss, fds = proc_sample(pid)
-        except (FileNotFoundError, ProcessLookupError):
+        except psutil.NoSuchProcess:
             return
         out.append((round(loop.time() - t0, 1), rss, fds))
         try:

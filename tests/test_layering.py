@@ -42,7 +42,7 @@ LAYERS: dict[str, int] = {
     # 0  foundations: pure helpers that import nothing of gateway's.
     "text": 0,  # the cheap tokenizer and the prompt-lookup proposer (gateway and emulator)
     "physics": 0,  # step-time profiles and the shared-device model
-    "wire": 0,  # HTTP wire format: header names and hygiene, errors in OpenAI's shape
+    "wire": 0,  # HTTP wire format: header names and hygiene, errors in OpenAI's shape, SSE reading
     # 1  pure cores on the foundations.
     "routing": 1,  # the routing core and its value types (pure: no I/O; see the docstring)
     "workload": 1,  # the prompt corpus and target-QPS schedules

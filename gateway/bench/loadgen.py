@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway.bench.stats import RequestRecord
+from gateway.wire.sse import ChatStream
 from gateway.workload import TemperatureDist, sample, to_openai_body
 
 ROUTE_HEADER = "x-specgate-route"
@@ -48,7 +49,6 @@ async def stream_chat(
         return (time.perf_counter() - start) / time_scale
 
     rec.start = (start - t_origin) / time_scale
-    usage_tokens: int | None = None
     try:
         async with session.post(
             url, data=json.dumps(body), headers={"content-type": "application/json"}
@@ -59,29 +59,15 @@ async def stream_chat(
             if resp.status != 200:
                 text = await resp.text()
                 raise RuntimeError(f"HTTP {resp.status}: {text[:200]}")
-            done = False
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
+            stream = ChatStream()
+            async for data in resp.content.iter_any():
+                if stream.feed(data) and rec.ttft is None:
+                    rec.ttft = now()
+                if stream.done:
                     break
-                obj = json.loads(data)
-                if "error" in obj:
-                    raise RuntimeError(f"stream error: {str(obj['error'])[:200]}")
-                for choice in obj.get("choices") or ():
-                    if (choice.get("delta") or {}).get("content"):
-                        if rec.ttft is None:
-                            rec.ttft = now()
-                        rec.chunks += 1
-                usage = obj.get("usage")
-                if usage and usage.get("completion_tokens") is not None:
-                    usage_tokens = int(usage["completion_tokens"])
-            if not done:
-                raise RuntimeError("stream ended without [DONE]")
-        rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+            stream.finish()
+        rec.chunks = stream.content_chunks
+        rec.output_tokens = stream.output_tokens
         rec.ok = True
     except asyncio.CancelledError:
         rec.error = "cancelled: still running at the end of the drain"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -52,13 +52,20 @@ CSV_FIELDS: tuple[str, ...] = (*(f.name for f in fields(RequestRecord)), "tpot",
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    """Linearly interpolated percentile, ``q`` a whole number in 0..100; None for no values.
+
+    :func:`statistics.quantiles` with ``method="inclusive"``: the value at rank
+    ``(n - 1) * q / 100`` of the sorted values, interpolated between its neighbours (numpy's
+    default ``linear``). The simulator's summaries use a sample value instead
+    (:func:`gateway.sim.analysis.pct`).
+    """
+    if not 0 <= q <= 100 or q != int(q):
+        raise ValueError(f"percentile needs a whole q in 0..100, got {q!r}")
     if not values:
         return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    if len(values) == 1 or q in (0, 100):
+        return min(values) if q == 0 else max(values)
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -33,6 +33,8 @@ PROMPT = (
 
 
 def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (``/proc/PID/stat``: psutil would read the same
+    fields, but it is a development dependency and this runs on the runtime install)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ from gateway.config import load_config
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.physics import PROFILE_NAMES
 from gateway.routing.factory import POLICY_NAMES
+from gateway.wire.sse import ChatStream, StreamError
 
 _CODE = """def load_users(path):
     users = []
@@ -144,12 +144,12 @@ async def send_samples(
             payload = {"model": model, "stream": True, "stream_options": {"include_usage": True}, **body}
             t0 = time.perf_counter()
             async with session.post(gateway_url + "/v1/chat/completions", json=payload) as r:
-                raw = await r.read()
-                tokens = 0
-                for line in raw.decode(errors="replace").split("\n\n"):
-                    if line.startswith("data: {") and '"usage":{' in line:
-                        with contextlib.suppress(ValueError, KeyError, TypeError):
-                            tokens = int(json.loads(line[6:])["usage"]["completion_tokens"])
+                stream = ChatStream()
+                # The sample's line shows its status and route even when the stream broke.
+                with contextlib.suppress(StreamError):
+                    async for data in r.content.iter_any():
+                        stream.feed(data)
+                tokens = stream.completion_tokens or 0
                 result = SampleResult(
                     label,
                     r.status,

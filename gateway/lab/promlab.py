@@ -11,6 +11,7 @@ plain engine, so upstream failures and retries are real, not simulated. A third 
 ``gone``, has a speculative engine on a closed port: the gateway sees it down.
 
 Nothing here runs on the request path; the emulator is imported only when a lab starts.
+It needs the ``dev`` extra (``psutil`` finds the port Prometheus bound).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import random
 import shutil
 import socket
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import yaml
 from aiohttp import web
 
@@ -57,24 +58,13 @@ def closed_port() -> int:
 
 
 def listening_ports(pid: int) -> set[int]:
-    """TCP ports process ``pid`` listens on (Linux ``/proc``), for servers started on port 0."""
-    inodes: set[str] = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    with contextlib.suppress(OSError):
-        for fd in fd_dir.iterdir():
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError), open(table, encoding="ascii") as fh:
-            next(fh, None)
-            for line in fh:
-                cols = line.split()
-                if len(cols) > 9 and cols[3] == "0A" and cols[9] in inodes:
-                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
+    """TCP ports process ``pid`` listens on, for servers started on port 0 (empty when the
+    process is gone or not ours to inspect)."""
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return set()
+    return {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
 
 
 def prometheus_config(

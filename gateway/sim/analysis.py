@@ -63,6 +63,16 @@ def mean(xs: Sequence[float]) -> float:
 
 
 def pct(xs: Sequence[float], p: float) -> float:
+    """The simulator's percentile (``p`` in 0..1; NaN for no values): the sorted value at
+    index ``floor(p * n)``, the largest for ``p * n >= n - 1``. A sample value, never an
+    interpolation (``p99`` of 100 values is the largest).
+
+    The one definition every simulator summary uses (``run`` and the scenario analysis).
+    Not :func:`statistics.quantiles`: both of its methods interpolate between neighbours,
+    so it cannot give this value, and changing the definition would move every recorded
+    simulator p99 (``results/sim``). ``specgate bench``'s sweep reports interpolated
+    percentiles instead (:func:`gateway.bench.stats.percentile`).
+    """
     if not xs:
         return math.nan
     s = sorted(xs)

@@ -14,6 +14,7 @@ from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import ALWAYS_SPEC, build_policy
 from gateway.routing.types import Decision, ModelView, PairView, Route
+from gateway.sim.analysis import pct
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
@@ -92,9 +93,9 @@ class SimResult:
             "requests": n,
             "finished": len(done),
             "mean_tpot_ms": 1e3 * _mean(tpots),
-            "p99_tpot_ms": 1e3 * _pct(tpots, 0.99),
+            "p99_tpot_ms": 1e3 * pct(tpots, 0.99),
             "mean_ttft_ms": 1e3 * _mean(ttfts),
-            "p99_ttft_ms": 1e3 * _pct(ttfts, 0.99),
+            "p99_ttft_ms": 1e3 * pct(ttfts, 0.99),
             "output_tok_s": toks / span if span > 0 else 0.0,
             "spec_share": spec / n if n else 0.0,
             "probe_share": sum(1 for r in records if r.probe) / n if n else 0.0,
@@ -103,12 +104,6 @@ class SimResult:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
-
-
-def _pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return math.nan
-    return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
 def run_phases(cfg: SimConfig) -> tuple[Phase, ...]:

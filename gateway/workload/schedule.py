@@ -9,6 +9,9 @@ Spec grammar (comma-separated stages, run in order):
 * ``steps:1-16:5x20`` 5 geometric steps from 1 to 16 req/s, 20 s each
 
 Stages can be mixed: ``ramp:1-4:60,4:120``.
+
+:class:`PoissonPacer` spreads a schedule over a pool of senders that each send one request
+at a time; :func:`pool_size` says how many senders carry a QPS (Little's law).
 """
 
 from __future__ import annotations
@@ -123,33 +126,67 @@ def parse_schedule(spec: str) -> Schedule:
 
 class PoissonPacer:
     """Arrival times of one member of a pool of ``pool`` senders that together offer a
-    schedule's QPS: each runs a Poisson process of rate ``qps(t) / pool``.
+    schedule's QPS: each runs a Poisson process of rate ``qps(t) / pool``. With ``pool=1``
+    it is the whole schedule's arrival stream, which senders can share: each idle sender
+    takes the next arrival (the Locust kit's users do).
 
     Arrivals are scheduled on an absolute timeline, so a sender that was busy past its
     next arrival sends at once (the backlog is caught up, the average rate holds).
     """
 
-    def __init__(self, schedule: Schedule, pool: int, rng: random.Random) -> None:
-        if pool < 1:
+    def __init__(self, schedule: Schedule, pool: float, rng: random.Random) -> None:
+        if not pool >= 1:
             raise ValueError("pool must be >= 1")
         self.schedule = schedule
         self.pool = pool
         self.rng = rng
         self.next_at: float | None = None  # seconds since the schedule's start
+        self.over = False  # the schedule has ended: no more arrivals
 
     def advance(self, now: float) -> float | None:
         """Schedule the next arrival after the previous one (or after ``now`` at first) and
         return it, in seconds since the schedule's start; None once the schedule is over."""
+        if self.over:
+            return None
         t = now if self.next_at is None else self.next_at
         while True:
             qps = self.schedule.qps_at(t)
             if qps is None:
+                self.over = True
                 return None
             if qps > 0:
                 break
             t += 0.5  # a zero-QPS stretch: look again a little later
         t += self.rng.expovariate(qps / self.pool)
         if self.schedule.qps_at(t) is None:
+            self.over = True
             return None
         self.next_at = t
         return t
+
+
+# Pool sizing (Little's law): senders that share one arrival stream and each wait for
+# their answer carry ``qps`` as long as the ``qps * latency`` requests in flight on average
+# (more in a Poisson burst, more when the latency grows with the load) fit in the pool:
+# twice that, plus a few, leaves an idle sender for almost every arrival.
+POOL_HEADROOM = 2.0
+POOL_SPARE = 8
+POOL_LATENCY_GUESS_S = 10.0  # assumed before the first answers are timed
+POOL_MAX = 4096
+
+
+def pool_size(qps: float, latency_s: float = POOL_LATENCY_GUESS_S, *, cap: int = POOL_MAX) -> int:
+    """Senders sharing one :class:`PoissonPacer` stream needed to offer ``qps`` when a
+    request takes ``latency_s`` seconds: ``2 * qps * latency_s + 8``, at most ``cap``."""
+    if not (math.isfinite(qps) and math.isfinite(latency_s)) or qps < 0 or latency_s < 0:
+        raise ValueError(f"pool_size needs finite qps and latency >= 0, got {qps!r}, {latency_s!r}")
+    return min(cap, POOL_SPARE + math.ceil(POOL_HEADROOM * qps * latency_s))
+
+
+def grown_pool(current: int, qps: float, latency_s: float | None, *, cap: int = POOL_MAX) -> int:
+    """The pool to keep once requests are seen to take ``latency_s`` (None: none timed yet):
+    grown to :func:`pool_size` when that is larger, never shrunk (a smaller pool would stop
+    senders in the middle of their requests)."""
+    if latency_s is None:
+        return current
+    return max(current, pool_size(qps, latency_s, cap=cap))

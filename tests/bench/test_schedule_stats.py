@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import heapq
 import math
 import random
 
 import pytest
 
 from gateway.bench.stats import RequestRecord, percentile, summarize
-from gateway.workload.schedule import PoissonPacer, parse_schedule
+from gateway.workload.schedule import PoissonPacer, grown_pool, parse_schedule, pool_size
 
 
 def test_step_schedule() -> None:
@@ -48,6 +49,26 @@ def test_summary() -> None:
 def test_percentile() -> None:
     assert percentile([], 50) is None
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5
+    assert percentile([4, 1, 3, 2], 0) == 1 and percentile([4, 1, 3, 2], 100) == 4
+    for bad in (-1, 101, 99.9):
+        with pytest.raises(ValueError):
+            percentile([1, 2], bad)
+
+
+def _linear(values: list[float], q: float) -> float:
+    """The definition written out: rank (n - 1) * q / 100, interpolated."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 100, 1001])
+def test_percentile_interpolates_linearly(n: int) -> None:
+    rng = random.Random(n)
+    values = [rng.expovariate(1.0) for _ in range(n)]
+    for q in (1, 25, 50, 90, 99):
+        assert percentile(values, q) == pytest.approx(_linear(values, q), rel=1e-12)
 
 
 def _arrivals(spec: str, pool: int, seed: int = 0) -> list[float]:
@@ -80,3 +101,57 @@ def test_pacer_skips_zero_qps_and_keeps_an_absolute_timeline() -> None:
     assert a is not None and b is not None and 100 < a < b < a + 5
     with pytest.raises(ValueError):
         PoissonPacer(parse_schedule("1"), 0, random.Random())
+
+
+def test_a_shared_stream_stays_over_once_the_schedule_ends() -> None:
+    p = PoissonPacer(parse_schedule("10:1"), 1, random.Random(2))
+    while p.advance(0.0) is not None:
+        pass
+    assert p.over and all(p.advance(0.0) is None for _ in range(200))  # no stray late arrival
+
+
+def _shared(spec: str, pool: int, latency_s: float, seed: int = 0) -> tuple[int, list[float]]:
+    """(requests sent within the schedule, their lateness) when ``pool`` senders share one
+    arrival stream and each request takes ``latency_s``: the Locust users' loop (an idle
+    user takes the next arrival; if it is already due, sends at once)."""
+    sched = parse_schedule(spec)
+    arrivals = PoissonPacer(sched, 1, random.Random(seed))
+    free = [0.0] * pool  # when each sender is next idle (a heap)
+    sent, late = 0, []
+    while (t := arrivals.advance(0.0)) is not None:
+        start = max(t, heapq.heappop(free))  # the sender that is idle first takes it
+        if start < sched.duration_s:
+            sent += 1
+            late.append(start - t)
+        heapq.heappush(free, start + latency_s)
+    return sent, late
+
+
+@pytest.mark.parametrize(("qps", "latency_s"), [(0.5, 10.0), (4, 10.0), (16, 8.0), (64, 10.0)])
+def test_the_default_pool_carries_the_qps_on_time(qps: float, latency_s: float) -> None:
+    want = qps * 120
+    sent, late = _shared(f"{qps}:120", pool_size(qps), latency_s)
+    assert abs(sent - want) < 4 * math.sqrt(want) + 2  # Poisson noise only
+    assert max(late) == 0.0  # an idle user for every arrival
+
+
+def test_a_fixed_small_pool_under_delivers_and_the_grown_one_does_not() -> None:
+    # 64 users at 8 s a request carry 8 req/s at most, whatever --qps says
+    sent, late = _shared("16:120", 64, 8.0)
+    assert sent < 0.55 * 16 * 120 and percentile(late, 50) > 10
+    # answers slower than the first guess: the pool grows to carry the QPS
+    grown = grown_pool(pool_size(16), 16, 30.0)
+    assert grown > pool_size(16)
+    sent, late = _shared("16:120", grown, 30.0)
+    assert abs(sent - 16 * 120) < 4 * math.sqrt(16 * 120) and max(late) == 0.0
+
+
+def test_pool_size_and_growth_rules() -> None:
+    assert pool_size(0) == 8 and pool_size(2, 5.0) == 8 + 20 and pool_size(1000, 60.0) == 4096
+    assert pool_size(16, 8.0, cap=100) == 100
+    assert grown_pool(50, 2, None) == 50  # nothing timed yet
+    assert grown_pool(50, 2, 1.0) == 50  # never shrunk
+    assert grown_pool(50, 2, 30.0) == pool_size(2, 30.0) == 128
+    for bad in ((-1.0, 1.0), (1.0, -1.0), (math.inf, 1.0), (1.0, math.nan)):
+        with pytest.raises(ValueError):
+            pool_size(*bad)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -35,9 +36,7 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
         "-t",
         f"{RUN_S}s",
         "--qps",
-        "3",
-        "--pool",
-        "8",
+        "3",  # and the default --pool auto
         "--mix",
         "edit=0.5,summary=0.2,chat=0.3",
         "--temperature",
@@ -46,6 +45,8 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
         "64",
         "--csv",
         str(tmp_path / "run"),
+        "--json-file",
+        str(tmp_path / "final"),
         "--specgate-requests-csv",
         str(tmp_path / "requests.csv"),
     ]
@@ -65,15 +66,33 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
     agg = stats[("", "Aggregated")]
     assert int(agg["Failure Count"]) == 0, log[-3000:]
     posts = sum(int(r["Request Count"]) for (t, _), r in stats.items() if t == "POST")
-    assert posts >= 10  # ~3 req/s for 15 s
+    assert 20 <= posts <= 75  # ~3 req/s for 15 s, with the pool left to size itself
     for metric in ("TTFT", "TPOT", "OTPS"):
         counts = [int(r["Request Count"]) for (t, _), r in stats.items() if t == metric]
         assert sum(counts) > 0, f"no {metric} samples"
         assert all(float(r["Median Response Time"]) > 0 for (t, _), r in stats.items() if t == metric)
+    # Aggregated counts the requests, not the TTFT/TPOT/OTPS rows beside them
+    assert int(agg["Request Count"]) == posts, {k: v["Request Count"] for k, v in stats.items()}
+    assert float(agg["Average Content Size"]) == pytest.approx(
+        sum(
+            float(r["Average Content Size"]) * int(r["Request Count"])
+            for (t, _), r in stats.items()
+            if t == "POST"
+        )
+        / posts
+    )
+    history = _rows(tmp_path / "run_stats_history.csv")
+    assert history and int(history[-1]["Total Request Count"]) == posts
     assert _rows(tmp_path / "run_failures.csv") == []
 
+    # The CSVs above are Locust's last periodic snapshot; the JSON, like requests.csv, is
+    # written once the users have stopped.
+    final = json.loads((tmp_path / "final.json").read_text())
+    final_posts = sum(e["num_requests"] for e in final if e["method"] == "POST")
+    assert posts <= final_posts <= posts + 3
     reqs = _rows(tmp_path / "requests.csv")
-    assert len(reqs) == posts
+    assert len(reqs) == final_posts
     assert all(r["ok"] == "True" and r["route"] in ("spec", "base") for r in reqs)
     assert {r["kind"] for r in reqs} <= {"edit", "summary", "chat"}
     assert "[specgate]" in log and "0 failed" in log
+    assert "late with a pool of" not in log  # the auto pool carried the QPS on time

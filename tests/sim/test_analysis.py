@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gateway.sim import analysis as an
@@ -99,3 +101,11 @@ def test_report_compares_adaptive_with_oracle_and_statics() -> None:
     assert a["max_switch_s"] == float("inf")  # never went back to spec in minute 3
     md = scenario_report.markdown(rep, "t")
     assert "| oracle |" in md and "never" in md
+
+
+def test_the_simulators_percentile_is_a_sample_value() -> None:
+    assert math.isnan(an.pct([], 0.99))
+    xs = [float(v) for v in range(100, 0, -1)]  # 100 values, unsorted
+    assert an.pct(xs, 0.99) == 100.0  # index floor(0.99 * 100) = 99: the largest
+    assert an.pct(xs, 0.5) == 51.0 and an.pct(xs, 0.0) == 1.0 and an.pct(xs, 1.0) == 100.0
+    assert an.pct([1.0, 2.0, 3.0, 4.0], 0.5) == 3.0  # no interpolation (linear would say 2.5)

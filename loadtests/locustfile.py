@@ -46,11 +46,13 @@ import sys
 import time
 from typing import Any
 
+import gevent
 import locust  # noqa: F401  (first: it monkey-patches the standard library before requests loads ssl)
 import requests
+from gevent.queue import Queue
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -65,7 +67,8 @@ REASON_HEADER = "x-specgate-reason"
 _T0: float | None = None  # wall-clock start of the test on this process
 _RECORDS: list[RequestRecord] = []
 _USER_IDS = itertools.count()
-_ARRIVALS: PoissonPacer | None = None  # this process's arrival stream, shared by its users
+_DUE: Queue[float] = Queue()  # arrivals that are due (s since the start); idle users take them
+_CLOCK: gevent.Greenlet | None = None  # puts this process's arrivals into _DUE on time
 
 
 @events.init_command_line_parser.add_listener
@@ -133,20 +136,22 @@ def _pool(env: Environment) -> int:
     return int(getattr(o, "specgate_pool_size", 0)) or pool_size(_schedule(env).peak_qps)
 
 
-def _arrivals(env: Environment) -> PoissonPacer:
+def _clock(env: Environment, t0: float, due: Queue[float]) -> None:
     """This process's arrivals: one Poisson stream at the schedule's rate (a worker's share
-    of it in a distributed run). Each idle user takes the next arrival, so requests leave
-    late only when every user of the pool is busy."""
-    global _ARRIVALS
+    of it in a distributed run), each put into ``due`` at its time. The first idle user
+    takes it, so requests leave late only when every user of the pool is busy."""
     runner = env.runner
-    if _ARRIVALS is None:
-        worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
-        rng = random.Random(f"{_opts(env).seed}:{worker}:arrivals")
-        _ARRIVALS = PoissonPacer(_schedule(env), 1, rng)
-    if isinstance(runner, WorkerRunner) and runner.target_user_count > 0:
-        # this worker's users are target_user_count of the whole pool
-        _ARRIVALS.pool = max(1.0, _pool(env) / runner.target_user_count)
-    return _ARRIVALS
+    worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
+    arrivals = PoissonPacer(_schedule(env), 1, random.Random(f"{_opts(env).seed}:{worker}:arrivals"))
+    while True:
+        if isinstance(runner, WorkerRunner) and runner.target_user_count > 0:
+            # this worker's users are target_user_count of the whole pool
+            arrivals.pool = max(1.0, _pool(env) / runner.target_user_count)
+        t = arrivals.advance(time.time() - t0)
+        if t is None:
+            return  # schedule over: the shape stops the run
+        gevent.sleep(max(0.0, t0 + t - time.time()))
+        due.put(t)
 
 
 def _latency_s(env: Environment) -> float | None:
@@ -163,20 +168,23 @@ def _latency_s(env: Environment) -> float | None:
 
 @events.test_start.add_listener
 def _on_start(environment: Environment, **_: Any) -> None:
-    global _T0, _ARRIVALS
+    global _T0, _DUE, _CLOCK
     _T0 = time.time()
-    _ARRIVALS = None
     _RECORDS.clear()
     o = _opts(environment)
     # Fail fast on bad options, on every process.
     parse_mix(o.mix)
     TemperatureDist.parse(o.temperature)
-    _schedule(environment)
     _pool(environment)
+    if _schedule(environment).peak_qps > 0 and not isinstance(environment.runner, MasterRunner):
+        _DUE = Queue()
+        _CLOCK = gevent.spawn(_clock, environment, _T0, _DUE)
 
 
 @events.test_stop.add_listener
 def _on_stop(environment: Environment, **_: Any) -> None:
+    if _CLOCK is not None:
+        _CLOCK.kill(block=False)
     if not _RECORDS or _T0 is None:
         return
     o = _opts(environment)
@@ -248,12 +256,8 @@ class ChatUser(User):
     def wait_time(self) -> float:
         if self.closed_loop:
             return 0.0
-        now = time.time()
-        t0 = _T0 if _T0 is not None else now
-        self.arrival = _arrivals(self.environment).advance(now - t0)
-        if self.arrival is None:
-            return 3600.0  # schedule over: idle until the shape stops the run
-        return max(0.0, t0 + self.arrival - now)
+        self.arrival = _DUE.get()  # the next arrival that is due (blocks while none is)
+        return 0.0
 
     def on_start(self) -> None:
         if not self.closed_loop:

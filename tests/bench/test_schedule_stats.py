@@ -112,8 +112,8 @@ def test_a_shared_stream_stays_over_once_the_schedule_ends() -> None:
 
 def _shared(spec: str, pool: int, latency_s: float, seed: int = 0) -> tuple[int, list[float]]:
     """(requests sent within the schedule, their lateness) when ``pool`` senders share one
-    arrival stream and each request takes ``latency_s``: the Locust users' loop (an idle
-    user takes the next arrival; if it is already due, sends at once)."""
+    arrival stream and each request takes ``latency_s``: the Locust kit's users (each
+    arrival is queued when due; the first idle user takes it and sends)."""
     sched = parse_schedule(spec)
     arrivals = PoissonPacer(sched, 1, random.Random(seed))
     free = [0.0] * pool  # when each sender is next idle (a heap)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import yaml
 
 from gateway.emulator import cli_emulate
@@ -28,6 +31,18 @@ def load_module(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def require_tool(name: str) -> str:
+    """The path of an installed tool; skips the test without it, fails it under CI=true
+    (where `make system-deps` must have installed it)."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} is not installed (make system-deps installs the Debian package)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
 
 
 def yaml_docs(path: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -26,21 +25,12 @@ import pytest
 import yaml
 from openai import OpenAI
 
-from tests.deploy.helpers import COMPOSE_DIR, REPO, interpolate
+from tests.deploy.helpers import COMPOSE_DIR, REPO, interpolate, require_tool
 from tests.deploy.test_stack_smoke import free_port, get
 
 BUILD = REPO / "deploy" / "image" / "build.sh"
 TAG = "localhost/specgate:test-image-build"
 BASE = "localhost/specgate-base:bookworm"
-
-
-def _require(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        msg = f"{', '.join(missing)} not installed (make system-deps installs the Debian packages)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 def _buildah(*args: str, timeout: float = 120) -> str:
@@ -52,7 +42,8 @@ def _buildah(*args: str, timeout: float = 120) -> str:
 @pytest.fixture(scope="module")
 def image() -> Iterator[dict[str, object]]:
     """Build the image (and its base, when missing); yield its config; remove both after."""
-    _require("buildah", "mmdebstrap")
+    require_tool("buildah")
+    require_tool("mmdebstrap")
     had_base = (
         subprocess.run(
             ["buildah", "inspect", "--type", "image", BASE], capture_output=True, check=False

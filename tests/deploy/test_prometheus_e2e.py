@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import yaml
 import gateway.api.app
 import gateway.emulator.launch  # noqa: F401  (imported here, not on the event loop)
 from gateway.lab.promlab import Lab, run_load, start_lab
+from tests.deploy.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "specgate.json"
@@ -38,16 +37,6 @@ ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 DEADLINE_S = 45.0
 # Long enough to cover the whole test run, so every rate() sees the load.
 TEST_RATE_INTERVAL = "1m"
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        msg = f"{name} is not installed (make system-deps installs the Debian package)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -129,7 +118,7 @@ async def _run(*cmd: str, stdin: bytes | None = None) -> tuple[int, str]:
 
 
 async def test_shipped_config_rules_and_dashboard_are_valid() -> None:
-    promtool = _binary("promtool")
+    promtool = require_tool("promtool")
     rc, out = await _run(promtool, "check", "config", str(PROM_CONFIG))
     assert rc == 0, out
     rc, out = await _run(promtool, "check", "rules", str(ALERTS))
@@ -168,8 +157,8 @@ async def _all_with_data(lab: Lab, session: aiohttp.ClientSession, queries: dict
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_every_dashboard_and_alert_query_returns_data(tmp_path: Path) -> None:
-    prometheus = _binary("prometheus")
-    promtool = _binary("promtool")
+    prometheus = require_tool("prometheus")
+    promtool = require_tool("promtool")
     queries = {name: for_test(expr) for name, expr in dashboard_queries()}
     rules = alert_rules()
     for rule in rules:

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.deploy.helpers import load_module
 
 BENCH = Path(__file__).resolve().parents[2] / "loadtests" / "bench_overhead.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("specgate_bench_overhead", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["specgate_bench_overhead"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(BENCH, "specgate_bench_overhead")
 
 
 def test_content_length_body_complete_only_when_all_bytes_came(bench: ModuleType) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from types import ModuleType
 import pytest
 
 from gateway.lab.promlab import listening_ports
+from tests.deploy.helpers import load_module
 
 SOAK = Path(__file__).resolve().parents[2] / "loadtests" / "soak.py"
 # A child that opens a listening socket and a file, says its port, then waits.
@@ -29,12 +29,7 @@ _CHILD = (
 
 @pytest.fixture(scope="module")
 def soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("specgate_soak", SOAK)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["specgate_soak"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(SOAK, "specgate_soak")
 
 
 @pytest.fixture

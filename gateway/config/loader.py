@@ -1,16 +1,22 @@
 """Load the gateway configuration: YAML file, then ``SPECGATE_*`` env vars, then CLI flags.
 
-Environment variables use ``__`` as the nesting separator and are case-insensitive
-on the field names: ``SPECGATE_SERVER__PORT=9000`` sets ``server.port``,
-``SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=30`` sets ``models[0].timeouts.total_s``.
-Values are plain strings that pydantic converts (``"9000"`` → 9000, ``"true"`` →
-True); a value starting with ``[`` or ``{`` is read as JSON. Two shortcuts:
-``SPECGATE_API_KEYS=client-key-1,client-key-2`` and ``SPECGATE_ADMIN_KEYS=admin-key-1``.
-``SPECGATE_CONFIG`` names the file when none is given. Other ``SPECGATE_*`` variables
-without ``__`` (``SPECGATE_HEALTH_PORT``) are not configuration and are left alone; one
-with ``__`` must name a section (``SPECGATE_SERVR__PORT`` is an error, as a misspelt
-field is). Overrides (from CLI flags) are a mapping of
-dotted paths (``{"server.port": 9000}``) or nested dicts.
+The environment is read by pydantic-settings (prefix ``SPECGATE_``, ``__`` as the nesting
+separator, case-insensitive names): ``SPECGATE_SERVER__PORT=9000`` sets ``server.port``
+and a list item is addressed by its index, ``SPECGATE_MODELS__0__TIMEOUTS__TOTAL_S=30``
+sets ``models[0].timeouts.total_s``. Values are plain strings that pydantic converts
+(``"9000"`` → 9000, ``"true"`` → True); for a list or mapping, a value starting with
+``[`` or ``{`` is read as JSON (else the field takes the string: key lists split
+``"a,b"``). Two shortcuts: ``SPECGATE_API_KEYS=client-key-1,client-key-2`` and
+``SPECGATE_ADMIN_KEYS=admin-key-1``. ``SPECGATE_CONFIG`` names the file when none is
+given. Other ``SPECGATE_*`` variables without ``__`` (``SPECGATE_HEALTH_PORT``) are not
+configuration and are left alone; one with ``__`` must name a section
+(``SPECGATE_SERVR__PORT`` is an error, as a misspelt field is). Overrides (from CLI
+flags) are a mapping of dotted paths (``{"server.port": 9000}``) or nested dicts; None
+values are skipped.
+
+Each layer changes only what it sets: mappings merge key by key, a list takes its items
+by index, anything else replaces the value below (``SPECGATE_SERVER__PORT`` keeps the
+file's other ``server`` settings; ``SPECGATE_MODELS='[...]'`` replaces the list).
 
 Every failure raises :class:`ConfigError` whose message names the file (or the
 environment variable), the field path and what is wrong.
@@ -18,27 +24,63 @@ environment variable), the field path and what is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from gateway.config.models import GatewayConfig
 
 ENV_PREFIX = "SPECGATE_"
 DEFAULT_CONFIG_NAME = "<embedded default.yaml>"
-_TOP_LEVEL = frozenset(GatewayConfig.model_fields)
-_SHORTCUTS = {"API_KEYS": ("server", "api_keys"), "ADMIN_KEYS": ("server", "admin_keys")}
+_SECTIONS = sorted(GatewayConfig.model_fields)
+_CLI = "a command-line option"
+_SHORTCUTS = {"api_keys": "server__api_keys", "admin_keys": "server__admin_keys"}
 
 
 class ConfigError(Exception):
     """An invalid configuration. The message is meant for the operator, as is."""
+
+
+class _EnvSettings(BaseSettings, GatewayConfig):
+    """GatewayConfig's fields for pydantic-settings' env source to read by; never instantiated
+    (GatewayConfig validates the merged layers)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", case_sensitive=False)
+
+
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over the given variables, stepping into list
+    items by index and reading JSON only from values that start with ``[`` or ``{``
+    (pydantic-settings' own decoding fails on any other value of a list field)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = {name.lower(): value for name, value in env.items()}
+        super().__init__(_EnvSettings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return self._env
+
+    def next_field(self, field: FieldInfo | Any | None, key: str, *args: Any) -> FieldInfo | None:
+        annotation = field.annotation if isinstance(field, FieldInfo) else field
+        if key.isdecimal() and get_origin(annotation) is list:
+            return FieldInfo.from_annotation(get_args(annotation)[0])
+        return super().next_field(field, key, *args)
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo | None, value: Any) -> Any:
+        if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+            with contextlib.suppress(ValueError):
+                return json.loads(value)
+        return value
 
 
 def default_config_text() -> str:
@@ -70,75 +112,33 @@ def _read_yaml(path: Path | None) -> tuple[dict[str, Any], str]:
     return data, source
 
 
-def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
-    node: Any = data
-    for i, key in enumerate(path):
-        last = i == len(path) - 1
-        if isinstance(node, list):
-            try:
-                idx = int(key)
-            except ValueError:
-                raise ConfigError(f"{origin}: {'.'.join(path[:i])} is a list; expected an index") from None
-            if not 0 <= idx < len(node):
-                raise ConfigError(f"{origin}: index {idx} out of range for {'.'.join(path[:i]) or 'list'}")
-            if last:
-                node[idx] = value
-            else:
-                node = node[idx]
-            continue
-        if not isinstance(node, dict):
-            raise ConfigError(f"{origin}: {'.'.join(path[:i])} is not a mapping")
-        if last:
-            node[key] = value
-        else:
-            nxt = node.get(key)
-            if nxt is None:
-                nxt = node[key] = {}
-            node = nxt
-
-
-def _env_value(raw: str) -> Any:
-    s = raw.strip()
-    if s[:1] in ("[", "{"):
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
-def _check_env_path(name: str, path: list[str]) -> None:
-    """A ``SPECGATE_<SECTION>__...`` variable names a section that exists, and no empty
-    level: a typo fails as a field typo does, naming the variable, instead of being ignored."""
-    origin = f"environment variable {name}"
-    if any(not p for p in path):
-        raise ConfigError(f"{origin}: empty name between '__' separators")
-    if path[0] not in _TOP_LEVEL:
-        close = difflib.get_close_matches(path[0], sorted(_TOP_LEVEL), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(
-            f"{origin}: unknown section {path[0]!r} (check the spelling; {hint}"
-            f"sections: {', '.join(sorted(_TOP_LEVEL))})"
-        )
-
-
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    """Apply SPECGATE_* variables in place; returns field path → variable name."""
-    origins: dict[str, str] = {}
+def _read_env(env: Mapping[str, str], origins: dict[str, str]) -> dict[str, Any]:
+    """The configuration the ``SPECGATE_*`` variables set, as nested values (``models`` as a
+    mapping of indexes); records field path → variable name in ``origins``. A variable with
+    ``__`` names a section and no empty level: a typo fails, naming the variable."""
+    ours: dict[str, str] = {}
     for name in sorted(env):
         if not name.upper().startswith(ENV_PREFIX):
             continue
-        rest = name[len(ENV_PREFIX) :].upper()
-        if rest in _SHORTCUTS:
-            path = list(_SHORTCUTS[rest])
-        else:
-            path = [p.lower() for p in rest.split("__")]
-            if len(path) == 1 and path[0] not in _TOP_LEVEL:
-                continue  # not a config variable (e.g. SPECGATE_CONFIG, SPECGATE_HEALTH_PORT)
-            _check_env_path(name, path)
-        _set_path(data, path, _env_value(env[name]), f"environment variable {name}")
+        rest = name[len(ENV_PREFIX) :].lower()
+        path = _SHORTCUTS.get(rest, rest).split("__")
+        if len(path) == 1 and path[0] not in _SECTIONS:
+            continue  # not a config variable (e.g. SPECGATE_CONFIG, SPECGATE_HEALTH_PORT)
+        if not all(path):
+            raise ConfigError(f"environment variable {name}: empty name between '__' separators")
+        if path[0] not in _SECTIONS:
+            close = difflib.get_close_matches(path[0], _SECTIONS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"environment variable {name}: unknown section {path[0]!r} (check the spelling; {hint}"
+                f"sections: {', '.join(_SECTIONS)})"
+            )
+        ours[ENV_PREFIX + "__".join(path)] = env[name]
         origins[".".join(path)] = name
-    return origins
+    try:
+        return _EnvSource(ours)()
+    except ValueError as exc:  # pydantic-settings' SettingsError; not expected: decoding never fails
+        raise ConfigError(f"environment variables: {exc}") from None
 
 
 def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -147,34 +147,49 @@ def _flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         full = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, Mapping) and value:
             out.update(_flatten(value, full))
-        else:
+        elif value is not None:
             out[full] = value
     return out
 
 
+def _patch(base: Any, layer: Any, origins: Mapping[str, str], path: str = "") -> Any:
+    """``layer`` over ``base``: mappings merge key by key, a list takes a mapping of its
+    indexes item by item, anything else replaces."""
+    if not isinstance(layer, Mapping) or base is None:
+        return layer
+    if isinstance(base, Mapping):
+        at = f"{path}." if path else ""
+        return {**base, **{k: _patch(base.get(k), v, origins, f"{at}{k}") for k, v in layer.items()}}
+    if not isinstance(base, list):
+        raise ConfigError(f"{_set_by(origins, path)}: {path} is not a mapping")
+    items = list(base)
+    for key, value in layer.items():
+        where = f"{path}.{key}"
+        if not str(key).isdecimal() or int(key) >= len(items):
+            problem = f"index {key} out of range for" if str(key).isdecimal() else "expected an index into"
+            raise ConfigError(f"{_set_by(origins, where)}: {problem} {path} (a list of {len(items)})")
+        items[int(key)] = _patch(items[int(key)], value, origins, where)
+    return items
+
+
+def _set_by(origins: Mapping[str, str], path: str) -> str:
+    """Who set ``path`` or a value below it (for an error found while merging)."""
+    by = next((o for p, o in origins.items() if p == path or p.startswith(path + ".")), _CLI)
+    return by if by == _CLI else f"environment variable {by}"
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for p in loc:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(("." if parts else "") + str(p))
-    return "".join(parts) or "(top level)"
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "(top level)"
 
 
 def _format_validation(exc: ValidationError, source: str, origins: Mapping[str, str]) -> str:
     lines = []
     for err in exc.errors(include_url=False, include_input=False):
-        loc = err["loc"]
-        dotted = ".".join(str(p) for p in loc)
-        origin = next(
-            (o for path, o in origins.items() if dotted == path or dotted.startswith(path + ".")), None
-        )
+        dotted = ".".join(str(p) for p in err["loc"])
+        origin = next((o for p, o in origins.items() if dotted == p or dotted.startswith(p + ".")), None)
         where = f" (set by {origin})" if origin else ""
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling)"
-        lines.append(f"  {_loc(loc)}{where}: {msg}")
+        msg = "unknown field (check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {_loc(err['loc'])}{where}: {msg}")
     n = len(lines)
     return f"{source}: {n} invalid setting{'s' if n > 1 else ''}:\n" + "\n".join(lines)
 
@@ -190,13 +205,13 @@ def load_config(
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     data, source = _read_yaml(Path(path) if path is not None else None)
-    origins = _apply_env(data, env)
+    origins: dict[str, str] = {}
+    data = _patch(data, _read_env(env, origins), origins)
     for dotted, value in _flatten(overrides or {}).items():
-        if value is None:
-            continue
-        parts = dotted.split(".")
-        _set_path(data, parts, value, f"command-line option for {dotted}")
-        origins[dotted] = "a command-line option"
+        origins[dotted] = _CLI
+        for key in reversed(dotted.split(".")):
+            value = {key: value}
+        data = _patch(data, value, origins)
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:

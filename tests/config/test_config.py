@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,133 @@ def test_a_misspelt_env_field_is_an_error_too() -> None:
 def test_specgate_variables_that_are_not_configuration_are_left_alone() -> None:
     env = {"SPECGATE_HEALTH_PORT": "8101", "SPECGATE_LT_QPS": "4", "SPECGATE_IMAGE": "x"}
     assert load_config(None, env=env).server.port == 8000
+
+
+def _two_models() -> dict[str, object]:
+    """The default with a second model (its own pair and engine names) and non-default values
+    in the sections the env tests touch."""
+    data = _minimal()
+    data["server"].update(host="0.0.0.0", max_concurrency=77)  # type: ignore[attr-defined]
+    first = data["models"][0]  # type: ignore[index]
+    second = yaml.safe_load(yaml.safe_dump(first))
+    second["name"] = "other-model"
+    second["pairs"][0]["spec"]["name"], second["pairs"][0]["base"]["name"] = "spec1", "base1"
+    second["timeouts"]["total_s"] = 99.0
+    data["models"].append(second)  # type: ignore[attr-defined]
+    return data
+
+
+def test_env_overrides_single_fields_and_keeps_the_rest_of_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, _two_models())
+    env = {
+        "SPECGATE_SERVER__PORT": "9000",
+        "SPECGATE_MODELS__1__TIMEOUTS__TOTAL_S": "30",
+        "SPECGATE_MODELS__0__PAIRS__0__BASE__URL": "http://10.0.0.2:8000",
+    }
+    cfg = load_config(path, env=env)
+    assert (cfg.server.port, cfg.server.host, cfg.server.max_concurrency) == (9000, "0.0.0.0", 77)
+    first, second = cfg.models
+    assert (second.name, second.timeouts.total_s, second.timeouts.connect_s) == ("other-model", 30.0, 2.0)
+    assert first.timeouts.total_s == 600.0 and first.pairs[0].base.url == "http://10.0.0.2:8000"
+    assert first.pairs[0].spec.url == "http://127.0.0.1:8101" and first.pairs[0].base.name == "base0"
+    # A JSON object for a section (or a list item) also changes only the fields it names.
+    cfg = load_config(path, env={"SPECGATE_SERVER": '{"port": 9001}', "SPECGATE_MODELS__1": '{"name": "m2"}'})
+    assert (cfg.server.port, cfg.server.host) == (9001, "0.0.0.0")
+    assert (cfg.models[1].name, cfg.models[1].timeouts.total_s) == ("m2", 99.0)
+    # A JSON list replaces the file's list.
+    models = [{**_minimal()["models"][0], "name": "only"}]  # type: ignore[index, dict-item]
+    cfg = load_config(path, env={"SPECGATE_MODELS": json.dumps(models)})
+    assert [m.name for m in cfg.models] == ["only"]
+
+
+def test_env_variable_names_are_case_insensitive() -> None:
+    env = {"specgate_server__port": "9002", "SpecGate_Models__0__Routing__Policy": "always-spec"}
+    cfg = load_config(None, env=env)
+    assert cfg.server.port == 9002 and cfg.models[0].routing.policy == "always-spec"
+
+
+def test_env_json_values_everywhere_and_plain_comma_lists() -> None:
+    env = {
+        "SPECGATE_MODELS__0__API_KEYS": '["model-key-111", "model-key-222"]',
+        "SPECGATE_SERVER__FORWARD_HEADERS": '["x-tenant"]',
+        "SPECGATE_SERVER__ADMIN_KEYS": "admin-key-111,admin-key-222",
+        "SPECGATE_TELEMETRY__KNOWN_MODELS": '["qwen3-8b"]',
+        "SPECGATE_SERVER__HOST": "[::1]",  # a string field keeps its string
+    }
+    cfg = load_config(None, env=env)
+    assert cfg.server.host == "[::1]"
+    assert [k.get_secret_value() for k in cfg.models[0].api_keys] == ["model-key-111", "model-key-222"]
+    assert [k.get_secret_value() for k in cfg.server.admin_keys] == ["admin-key-111", "admin-key-222"]
+    assert cfg.server.forward_headers == ["x-tenant"] and cfg.telemetry.known_models == ("qwen3-8b",)
+    # Not JSON after all: the string goes to validation, which names the variable.
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"SPECGATE_SERVER__FORWARD_HEADERS": "[x-tenant"})
+    assert "server.forward_headers (set by SPECGATE_SERVER__FORWARD_HEADERS)" in str(e.value)
+
+
+def test_an_empty_key_shortcut_means_no_keys() -> None:
+    # compose passes SPECGATE_API_KEYS=${SPECGATE_API_KEYS:-}: unset on the host is no client auth
+    cfg = load_config(None, env={"SPECGATE_API_KEYS": "", "SPECGATE_ADMIN_KEYS": ""})
+    assert cfg.server.api_keys == [] and cfg.server.admin_keys == []
+
+
+def test_file_then_env_then_overrides(tmp_path: Path) -> None:
+    data = _minimal()
+    data["server"]["port"] = 8100  # type: ignore[index]
+    path = _write(tmp_path, data)
+    env = {"SPECGATE_SERVER__PORT": "9000", "SPECGATE_MODELS__0__ROUTING__POLICY": "always-base"}
+    assert load_config(path, env={}).server.port == 8100
+    assert load_config(path, env=env).server.port == 9000
+    cfg = load_config(path, env=env, overrides={"server.port": 7000, "models.0.routing.policy": None})
+    assert cfg.server.port == 7000 and cfg.models[0].routing.policy == "always-base"
+    cfg = load_config(path, env=env, overrides={"models.0.routing.policy": "always-spec"})
+    assert cfg.server.port == 9000 and cfg.models[0].routing.policy == "always-spec"
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("SPECGATE_MODELS__1__NAME", "index 1 out of range for models (a list of 1)"),
+        ("SPECGATE_MODELS__FIRST__NAME", "expected an index into models (a list of 1)"),
+        ("SPECGATE_SERVER__PORT__X", "server.port is not a mapping"),
+    ],
+)
+def test_env_paths_that_do_not_fit_the_file_name_the_variable(name: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"SPECGATE_MODELS__0__NAME": "fine", name: "1"})
+    assert str(e.value).startswith(f"environment variable {name}: {needle}"), str(e.value)
+
+
+def test_a_misspelt_env_field_inside_a_list_item_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, env={"SPECGATE_MODELS__0__TIMEOUTS__TOTL_S": "1"})
+    assert "models[0].timeouts.totl_s (set by SPECGATE_MODELS__0__TIMEOUTS__TOTL_S): unknown field" in str(
+        e.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "needles"),
+    [
+        ({"SPECGATE_SERVR__PORT": "1"}, ["SPECGATE_SERVR__PORT", "did you mean 'server'?"]),
+        ({"SPECGATE_SERVER__PORT": "eighty"}, ["server.port (set by SPECGATE_SERVER__PORT)", "integer"]),
+        ({"SPECGATE_SERVER__PROT": "1"}, ["server.prot (set by SPECGATE_SERVER__PROT): unknown field"]),
+        ({"SPECGATE_MODELS__2__NAME": "x"}, ["SPECGATE_MODELS__2__NAME", "out of range"]),
+    ],
+)
+def test_serve_check_fails_cleanly_on_a_bad_env_variable(
+    env: dict[str, str], needles: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    cli_serve.configure(parser)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        assert cli_serve.main(parser.parse_args(["--check"])) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("specgate: configuration error: "), captured.err
+    for needle in needles:
+        assert needle in captured.err, captured.err
+    for raw in ("Traceback", "validation error for", "errors.pydantic.dev", "SettingsError"):
+        assert raw not in captured.err, captured.err

@@ -8,10 +8,10 @@ that its resident memory (VmRSS) and open file descriptors can be sampled (psuti
 RAG, chat; temperatures 0-1; streaming and not), plus clients that hang up mid-stream
 and a trickle of hostile requests (bad JSON, NaN, negative or huge parameters, deep
 nesting, oversized bodies, invalid UTF-8, UTF-16, mismatched Content-Encoding, a gzip
-bomb, 8 MiB of tiny JSON containers, bad headers). Beside it, every 30 s: six streaming
-clients that never read (three forced to each engine) held for 40 s, and bursts of
-malformed HTTP (bare LF, invalid header bytes, an oversized request line, bad chunking,
-TLS on the plain port). A fault schedule runs through the emulator's knobs: engine crash
+bomb, 8 MiB of tiny JSON containers, bad headers). Beside it, in rounds with a 30-s pause
+after each: six streaming clients that never read (three forced to each engine) held for
+40 s, and 20 bursts of malformed HTTP (bare LF, invalid header bytes, an oversized request
+line, bad chunking, TLS on the plain port). A fault schedule runs through the emulator's knobs: engine crash
 and restart, crash mid-stream, hangs before the first byte (streaming and non-streaming
 clients) and mid-stream, error rate, slow, garbage and missing metrics.
 
@@ -403,8 +403,9 @@ def _malformed(port: int) -> None:
 
 
 async def attacks(url: str, duration: float, t0: float, stop: asyncio.Event, st: Stats) -> None:
-    """Beside the load: every 30 s, six streams that never read (three forced to each
-    engine) held for 40 s, and a burst of malformed HTTP. None of it may cost a request."""
+    """Beside the load, in rounds with a 30-s pause after each: six streams that never read
+    (three forced to each engine) held for 40 s, and 20 bursts of malformed HTTP. None of it
+    may cost a request."""
     port = int(url.rsplit(":", 1)[1])
     loop = asyncio.get_running_loop()
     held: set[asyncio.Future[None]] = set()

@@ -86,10 +86,11 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
 
 
 _STORY = """\
-The two engines share one device, so the pair serves one regime at a time: everything on
-the speculative engine, or everything on the plain one. Watch it follow the traffic: a
-reason of `prior` means nothing was measured yet, `hysteresis` that the evidence against
-the current regime is still accumulating (one request is no reason to switch).
+The two engines share one device. Sent one at a time, as here, the requests find the pair
+idle, and each takes the engine fastest for it (`idle_pair`): copy-heavy edits go to the
+speculative engine, open chat at T=1 to the plain one. Under load both engines would be
+busy, and the pair then serves one regime at a time, switching on evidence. A reason of
+`prior` means nothing was measured yet.
 """
 
 

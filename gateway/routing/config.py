@@ -33,7 +33,7 @@ class RoutingConfig(BaseModel):
         "speculation's risk (its slowdown grows with load, plain's does not)",
     )
     hysteresis: float = Field(
-        0.05,
+        0.02,
         ge=0.0,
         le=1.0,
         description="band around 1 + margin: the model leaves speculation below 1 + margin - band "
@@ -81,7 +81,11 @@ class RoutingConfig(BaseModel):
         300.0, gt=0.0, le=86400.0, description="half-life of the learned per-class acceptance"
     )
     live_half_life_s: float = Field(
-        1.0, gt=0.0, le=600.0, description="smoothing of the live acceptance and latency corrections"
+        10.0,
+        gt=0.0,
+        le=600.0,
+        description="half-life of the live acceptance correction (the spec engine's windowed "
+        "acceptance against what was expected of the requests that ran in that window)",
     )
     fit_step_times: bool = Field(
         True, description="correct the step-time profile by the engines' measured per-token latency"

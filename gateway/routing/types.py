@@ -44,6 +44,8 @@ class Reason(StrEnum):
     LOW_ACCEPTANCE = "low_acceptance"  # in fallback: spec would not pay even unloaded
     PROBE = "probe"  # in fallback, measuring whether acceptance recovered
     HANDOVER = "handover"  # a flip waits for the old engine to idle
+    IDLE_PAIR = "idle_pair"  # a quiet pair, both engines idle: the engine faster for this request
+    JOIN_RUNNING = "join_running"  # a quiet pair, one engine running: joined it (no split)
     # static policies
     STATIC = "static"
     LOW_TEMPERATURE = "low_temperature"

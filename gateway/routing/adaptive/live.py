@@ -20,11 +20,12 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gateway.routing.steptime import StepModel
-from gateway.routing.types import EngineView, PairView
+from gateway.routing.types import EngineStats, EngineView, PairView
 
 _SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
 _SCALE_MAX = 20.0
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
+_SENT_HORIZON_S = 120.0  # how long requests sent to spec are remembered (bounds the deque)
 _MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
 
 
@@ -53,35 +54,66 @@ class LiveCorrections:
     # The largest batch an engine was seen running while requests waited: its scheduler's
     # cap (max_num_seqs). Requests beyond it queue; they do not make steps longer.
     batch_cap: float = math.inf
-    _expected_al: float | None = None  # expected AL over drafted steps of spec traffic
-    _expected_inv: float | None = None  # expected mean 1/E of spec traffic (harmonic)
-    _expected_q: float | None = None
+    # Requests sent to the spec engine: (time, 1/E, AL over drafted steps, tokens verified).
+    _sent: deque[tuple[float, float, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
     _last_view_key: tuple[object, ...] | None = None
     # (time, spec load, base load, predicted spec step, predicted base step), last window.
     _pred_hist: deque[tuple[float, float, float, float, float]] = field(
         default_factory=lambda: deque(maxlen=4096)
     )
 
-    def track_expected(self, blended: float, p_draft: float, q: float) -> None:
-        """What the router expects the spec engine to measure of the traffic it sends.
+    def track_expected(self, now: float, blended: float, p_draft: float, q: float) -> None:
+        """Record what the router expects of a request it sends to the spec engine.
 
-        The engine's tokens per step over a window is Σn / Σ(n/E): for answers of similar
-        length, the *harmonic* mean of E. So the expectation is kept as a mean of 1/E.
+        The engine's windowed acceptance is compared with the expectation of the requests
+        that ran in the same window (see :meth:`_expected`), so a change of traffic is not
+        read as a change of acceptance.
         """
         al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
-        old_al, old_inv = self._expected_al, self._expected_inv
-        self._expected_al = al if old_al is None else old_al + 0.05 * (al - old_al)
-        inv = 1.0 / blended
-        self._expected_inv = inv if old_inv is None else old_inv + 0.05 * (inv - old_inv)
-        old_q = self._expected_q
-        self._expected_q = q if old_q is None else old_q + 0.05 * (q - old_q)
+        sent = self._sent
+        sent.append((now, 1.0 / blended, al, q))
+        while sent and sent[0][0] < now - _SENT_HORIZON_S:
+            sent.popleft()
+
+    def _expected(self, stats: EngineStats, duration_s: float) -> tuple[float, float, float] | None:
+        """(mean 1/E, mean AL over drafted steps, mean drafts verified) expected of the
+        requests that ran on the spec engine during its scraped window.
+
+        A request sent at t runs about one mean request duration; it is weighted by how
+        much of [t, t + duration] falls in the window. The engine's tokens per step over a
+        window is Σn / Σ(n/E): for answers of similar length, the *harmonic* mean of E, so
+        the expectation is kept as a mean of 1/E.
+        """
+        end = stats.at if stats.at > 0 else self.last_update
+        start = end - (stats.window_s if stats.window_s > 0 else _FIT_WINDOW_S)
+        d = max(duration_s, 0.05)
+        w_sum = inv = al = q = 0.0
+        for t, i, a, v in reversed(self._sent):
+            if t + d < start:
+                break
+            w = min(end, t + d) - max(start, t)
+            if w > 0:
+                w_sum += w
+                inv += w * i
+                al += w * a
+                q += w * v
+        if w_sum <= 0:
+            return None
+        return inv / w_sum, al / w_sum, q / w_sum
 
     def batch(self, load: float) -> float:
         """The batch ``load`` requests make on one engine (its cap, once one was seen)."""
         return min(load, self.batch_cap)
 
     def refresh(
-        self, pair: PairView, now: float, steps: StepModel, q_mix: float, method: str, k: int
+        self,
+        pair: PairView,
+        now: float,
+        steps: StepModel,
+        q_mix: float,
+        method: str,
+        k: int,
+        duration_s: float = 2.0,
     ) -> None:
         """Fold the pair's latest scraped views in (once per decision)."""
         dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
@@ -91,14 +123,15 @@ class LiveCorrections:
             if not e.stale and e.stats.waiting and e.stats.running and e.stats.running >= _MIN_CAP:
                 cap = e.stats.running if math.isinf(self.batch_cap) else max(self.batch_cap, e.stats.running)
                 self.batch_cap = cap
-        raw = self._live_acceptance_ratio(spec)
+        expected = None if spec.stale else self._expected(spec.stats, duration_s)
+        raw = self._live_acceptance_ratio(spec, expected)
         if raw is not None:
             hl = self.half_life_s
             self.ratio = toward(self.ratio, raw, dt, hl)
             self.measured = True
         else:
             self.ratio = toward(self.ratio, 1.0, dt, self.unknown_half_life_s)
-        q_raw = self._live_q_ratio(spec)
+        q_raw = self._live_q_ratio(spec, expected)
         if q_raw is not None:
             self.q_ratio = toward(self.q_ratio, q_raw, dt, self.half_life_s)
         else:
@@ -106,30 +139,32 @@ class LiveCorrections:
         if self.fit_step_times:
             self._fit_steps(spec, base, now, steps, q_mix, method, k)
 
-    def _live_acceptance_ratio(self, spec: EngineView) -> float | None:
+    def _live_acceptance_ratio(
+        self, spec: EngineView, expected: tuple[float, float, float] | None
+    ) -> float | None:
         """Live acceptance of the spec engine ÷ what the router expected of its traffic."""
-        if spec.stale:
+        if spec.stale or expected is None:
             return None
+        exp_inv, exp_al, _ = expected
         tps = spec.stats.tokens_per_step
-        if tps is not None and self._expected_inv is not None and self._expected_inv < 0.98:
-            expected = 1.0 / self._expected_inv
-            return min(1.5, max(0.05, (tps - 1.0) / (expected - 1.0)))
+        if tps is not None and exp_inv < 0.98:
+            return min(1.5, max(0.05, (tps - 1.0) / (1.0 / exp_inv - 1.0)))
         al = spec.stats.mean_acceptance_length
-        if al is not None and self._expected_al is not None and self._expected_al > 1.02:
-            return min(1.5, max(0.05, (al - 1.0) / (self._expected_al - 1.0)))
+        if al is not None and exp_al > 1.02:
+            return min(1.5, max(0.05, (al - 1.0) / (exp_al - 1.0)))
         return None
 
-    def _live_q_ratio(self, spec: EngineView) -> float | None:
+    def _live_q_ratio(self, spec: EngineView, expected: tuple[float, float, float] | None) -> float | None:
         """Drafted tokens per step measured on the spec engine ÷ expected of its traffic.
 
         From the counters: accepted/step = E − 1 and accepted/draft token = rate, so draft
         tokens/step = (E − 1) / rate.
         """
-        tps, rate, exp_q = spec.stats.tokens_per_step, spec.stats.acceptance_rate, self._expected_q
-        if spec.stale or tps is None or not rate or rate <= 0 or exp_q is None or exp_q <= 1.02:
+        tps, rate = spec.stats.tokens_per_step, spec.stats.acceptance_rate
+        if spec.stale or expected is None or tps is None or not rate or rate <= 0 or expected[2] <= 1.02:
             return None
         drafted = (tps - 1.0) / rate
-        return min(4.0, max(0.05, drafted / (exp_q - 1.0)))
+        return min(4.0, max(0.05, drafted / (expected[2] - 1.0)))
 
     def _fit_steps(
         self,

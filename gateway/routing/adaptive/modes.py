@@ -65,6 +65,13 @@ class ModeTracker:
             self.against = 0.0
         return self.speculating
 
+    def follow(self, speculating: bool) -> None:
+        """Take the regime the device is in (a quiet pair routes request by request): the
+        evidence to leave it starts from zero."""
+        if speculating != self.speculating:
+            self.speculating = speculating
+            self.against = 0.0
+
 
 @dataclass
 class Prober:

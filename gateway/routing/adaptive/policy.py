@@ -23,6 +23,10 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    flip new requests still join the old engine until it idles, for at most one request
    duration (the handover).
 
+On a quiet pair (arrivals find at most ~1.5 requests in flight) the pair idles between
+requests: one that finds it idle takes the engine fastest for itself, one that finds one
+engine running joins it, and the mode follows what the device runs.
+
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
 regime (see :mod:`gateway.routing.adaptive.costmodel`). Reasons are
@@ -60,8 +64,12 @@ DEFAULT_K = 5
 LOOKUP_DRAFTS_KEY = "lookup_draft_tokens_per_step"
 MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
 _UNKNOWN_DECAY_S = 60.0  # with no live acceptance, the correction relaxes to 1 on this half-life
-_HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)...
-_QUIET_PAIR = 2.0  # ...or on a pair this quiet (requests arriving within one request's life)
+_HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last request)
+# A quiet pair (requests in flight by Little's law, λ·D, at most 1.5; it stops being quiet
+# above 3) idles often: each request may take the engine fastest for it.
+_QUIET_ENTER = 1.5
+_QUIET_LEAVE = 3.0
+_IDLE_PREMIUM = 0.05  # a request alone on the pair goes to spec if that is 5 % faster for it
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 
 
@@ -91,6 +99,8 @@ class AdaptivePolicy:
         self._last_costs: RegimeCosts | None = None
         self._routing: Route | None = None  # where the mode's traffic goes (lags a flip: _handover)
         self._duration_s = 2.0  # mean request duration (how long a handover may wait)
+        self._quiet = True  # see _quiet_pair
+        self._busy = 0.0  # mean requests in flight that arrivals find
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -103,7 +113,7 @@ class AdaptivePolicy:
         self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
-        self.live.refresh(pair, now, self.steps, self._q_mix(), self.method, self.k)
+        self.live.refresh(pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s)
 
         kind = features.kind if features.kind in KINDS else "chat"
         prior_e, p_draft = self._prior(features)
@@ -124,7 +134,19 @@ class AdaptivePolicy:
 
         probe = False
         target = Route.SPEC if speculating else Route.BASE
-        if self._handover(target, pair, now):
+        own = e * costs.base_ms / (costs.spec_ms / self._inv_e_mix()) if costs.spec_ms > 0 else 1.0
+        quiet = self._quiet_pair(engine_load(spec) + engine_load(base))
+        if quiet and spec.inflight == 0 and base.inflight == 0:
+            route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
+            reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
+            self._routing = route
+            self.mode.follow(route is Route.SPEC)
+        elif quiet and (spec.inflight > 0) != (base.inflight > 0):
+            route = Route.SPEC if spec.inflight > 0 else Route.BASE
+            reason = Reason.JOIN_RUNNING
+            self._routing = route
+            self.mode.follow(route is Route.SPEC)
+        elif self._handover(target, pair, now):
             route, reason = target.other, Reason.HANDOVER
         elif speculating:
             route = Route.SPEC
@@ -149,9 +171,8 @@ class AdaptivePolicy:
                 # acceptance holds it here: as measured, or as the prior expects
                 reason = Reason.PRIOR if no_data else Reason.LOW_ACCEPTANCE
         if route is Route.SPEC:
-            self.live.track_expected(blended, p_draft, q)
+            self.live.track_expected(now, blended, p_draft, q)
         own_spec_ms = costs.spec_ms / self._inv_e_mix() / e
-        own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
         # What the model alone predicts for this request on its engine, for the bias to learn
         # from; only when the request will have the device to its engine (no probe, the
         # other engine idle) and will not queue (a saturated engine's time per token is
@@ -160,10 +181,6 @@ class AdaptivePolicy:
         predicted: float | None = None
         if not probe and other.inflight == 0 and not (chosen.stats.waiting or 0.0) > 0:
             ms = own_spec_ms if route is Route.SPEC else costs.base_ms
-            # Prompts being prefilled take their share of the device from every decode step,
-            # on either engine alike (so the regimes' ratio does not need it; the absolute
-            # time per token that is measured does).
-            ms /= 1.0 - self._prefill_share()
             if route is Route.SPEC:
                 ms /= self.bias.factor(Route.SPEC, now)  # the model's own prediction
             predicted = ms / 1000.0
@@ -177,6 +194,22 @@ class AdaptivePolicy:
             predicted_tpot_s=predicted,
         )
         return self._record(features, d, now, e)
+
+    def _quiet_pair(self, in_flight: float) -> bool:
+        """Whether the pair is quiet: so few requests in flight that it idles often. Then a
+        request that finds it idle takes the engine fastest for itself, and one that finds
+        one engine running joins it (a split would make both pay both engines' steps); the
+        regime is whatever the device runs.
+
+        Measured, not predicted: the mean number in flight that arrivals find (Poisson
+        arrivals see the time average, λ·D), over about the last ten arrivals, with
+        hysteresis so that a load near the edge does not toggle it."""
+        self._busy += 0.1 * (in_flight - self._busy)
+        if self._quiet and self._busy > _QUIET_LEAVE:
+            self._quiet = False
+        elif not self._quiet and self._busy <= _QUIET_ENTER:
+            self._quiet = True
+        return self._quiet
 
     def _handover(self, target: Route, pair: PairView, now: float) -> bool:
         """Whether the request still goes to the old mode's engine after a flip.
@@ -192,10 +225,7 @@ class AdaptivePolicy:
             self._routing = target
             return False
         old = pair.spec if self._routing is Route.SPEC else pair.base
-        # about to idle: on its last request, or on a quiet pair (arrivals within one
-        # request's life, λ·D, at most two: idle moments come every few seconds)
-        quiet = self.mix.arrival_rate() * self._duration_s <= _QUIET_PAIR
-        about_to_idle = old.inflight > 0 and (old.inflight <= _HANDOVER_MAX or quiet)
+        about_to_idle = 0 < old.inflight <= _HANDOVER_MAX
         if not about_to_idle or now - self.mode.last_flip >= self._duration_s or not old.usable:
             self._routing = target
             return False
@@ -237,14 +267,6 @@ class AdaptivePolicy:
 
     def _inv_e_mix(self) -> float:
         return self.mix.mean_inverse_tokens_per_step(self.live.ratio)
-
-    def _prefill_share(self) -> float:
-        """Share of the device the recent traffic's prompts take to prefill (arrival rate
-        × mean prompt tokens × prefill time per token), at most 0.8."""
-        if not self.mix:
-            return 0.0
-        tokens = self.mix.mean_prompt_tokens()
-        return min(0.8, self.mix.arrival_rate() * self.steps.prefill_ms(tokens) / 1000.0)
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""

@@ -30,9 +30,16 @@ def policy(**kw: object) -> AdaptivePolicy:
     return AdaptivePolicy(RoutingConfig(policy="adaptive", **kw))  # type: ignore[arg-type]
 
 
-def warm(p: AdaptivePolicy, traffic: tuple[RequestFeatures, ...], mv: ModelView, t0: float = 0.0) -> float:
-    """Feed 30 s of steady traffic (10 req/s) so the mix and the mode settle, each request's
-    outcome measuring the acceptance the policy expected of it; returns the time."""
+def warm(
+    p: AdaptivePolicy,
+    traffic: tuple[RequestFeatures, ...],
+    mv: ModelView,
+    t0: float = 0.0,
+    interval: float = 0.1,
+) -> float:
+    """Feed 300 requests of steady traffic (by default 10 req/s, a busy pair) so the mix and
+    the mode settle, each request's outcome measuring the acceptance the policy expected of
+    it; returns the time."""
     t = t0
     for i in range(300):
         f = traffic[i % len(traffic)]
@@ -42,18 +49,22 @@ def warm(p: AdaptivePolicy, traffic: tuple[RequestFeatures, ...], mv: ModelView,
             p.observe(
                 Outcome("m", d.route, d.engine, f.kind, f.temperature, ok=True, lookup_acceptance=accepted), t
             )
-        t = round(t + 0.1, 6)
+        t = round(t + interval, 6)
     return t
 
 
+QUIET = 4.0  # one request per 4 s: the pair idles between requests
 CASES = [
     # (name, warm-up traffic or None, request, model view, expected route, allowed reasons)
     # A fresh gateway knows only its prior, and says so.
     ("fresh: copy-heavy T=0", None, EDIT, view(), Route.SPEC, {"prior"}),
     ("fresh: open chat T=1", None, CHAT_HOT, view(), Route.BASE, {"prior"}),
     # Once acceptance was measured, the reasons name what the measurement showed.
-    ("low load copy-heavy T=0", (EDIT,), EDIT, view(), Route.SPEC, {"predicted_faster"}),
-    ("low load mixed traffic", MIXED, EDIT, view(), Route.SPEC, {"predicted_faster"}),
+    ("busy: copy-heavy T=0", (EDIT,), EDIT, view(with_(SPEC, inflight=8)), Route.SPEC, {"predicted_faster"}),
+    # A quiet pair idles between requests: each takes the engine fastest for it.
+    ("quiet: copy-heavy T=0", (EDIT,), EDIT, view(), Route.SPEC, {"idle_pair"}),
+    ("quiet mixed: copy-heavy T=0", MIXED, EDIT, view(), Route.SPEC, {"idle_pair"}),
+    ("quiet mixed: open chat T=1", MIXED, CHAT_HOT, view(), Route.BASE, {"idle_pair"}),
     (
         "heavy load warm traffic",
         WARM,
@@ -70,7 +81,14 @@ CASES = [
         Route.BASE,
         {"high_load"},
     ),
-    ("open chat stream T=1", (CHAT_HOT,), CHAT_HOT, view(), Route.BASE, {"low_acceptance"}),
+    (
+        "busy: open chat stream T=1",
+        (CHAT_HOT,),
+        CHAT_HOT,
+        view(base=with_(BASE, inflight=8)),
+        Route.BASE,
+        {"low_acceptance"},
+    ),
     (
         "refused params",
         None,
@@ -114,7 +132,7 @@ def test_decision_table(
     reasons: set[str],
 ) -> None:
     p = policy()
-    t = warm(p, traffic, mv) if traffic else 0.0
+    t = warm(p, traffic, mv, interval=QUIET if name.startswith("quiet") else 0.1) if traffic else 0.0
     d = p.decide(features, mv, t)
     assert d.route is route, (name, d)
     assert d.reason in reasons, (name, d.reason)
@@ -177,19 +195,23 @@ def test_acceptance_collapse_falls_back_then_recovers_through_probes() -> None:
     idle_spec = view(with_(SPEC, inflight=0), with_(BASE, inflight=64))  # nothing measured on spec
     before = run(p, EDIT, healthy, 0.0, 20.0)
     assert all(r is Route.SPEC for _, r, _ in before)
-    during = run(p, EDIT, collapsed, 20.0, 40.0)
+    during = run(p, EDIT, collapsed, 20.0, 50.0)
     first_base = next(t for t, r, _ in during if r is Route.BASE)
-    assert first_base - 20.0 <= 12.0  # plain within a bounded time (the evidence to flip)
+    # plain within a bounded time: the live correction's 10-s half-life, then the evidence
+    # to flip (within the 30 s a switch is allowed)
+    assert first_base - 20.0 <= 25.0
     assert p.snapshot()["mode"] == "fallback"
     # Nothing goes to spec now, so nothing is measured: probes keep a small share there.
-    quiet = run(p, EDIT, idle_spec, 40.0, 70.0)
+    quiet = run(p, EDIT, idle_spec, 50.0, 70.0)
     probes = [t for t, _, why in quiet if why == "probe"]
     assert probes and len(probes) <= 0.1 * len(quiet)  # measured, but bounded
     assert all(r is Route.BASE or why == "probe" for _, r, why in quiet)
     # A probe shows acceptance is back: the mode returns to speculating.
-    after = run(p, EDIT, healthy, 70.0, 100.0)
+    after = run(p, EDIT, healthy, 70.0, 110.0)
     back = next(t for t, r, why in after if r is Route.SPEC and why != "probe")
-    assert back - 70.0 <= 15.0  # a decisive recovery flips back within seconds
+    # The live correction is smoothed (10-s half-life): a recovery shows within the 30 s a
+    # switch is allowed.
+    assert back - 70.0 <= 30.0
     assert all(r is Route.SPEC for t, r, _ in after if t >= back)
 
 
@@ -250,7 +272,7 @@ def test_measured_step_time_corrects_the_profile() -> None:
     p = policy()
     for i in range(40):
         # A new scrape every second: spec steps take 60 ms where the profile says ~6.
-        mv = view(with_(SPEC, inflight=1, step_s=0.060 + i * 1e-6), with_(BASE, inflight=0))
+        mv = view(with_(SPEC, inflight=8, step_s=0.060 + i * 1e-6), with_(BASE, inflight=0))
         for j in range(10):
             p.decide(EDIT, mv, i + j / 10)
     assert p.live.scale_spec > 4.0
@@ -295,7 +317,7 @@ def test_a_flip_hands_over_at_a_moment_the_old_engine_is_idle() -> None:
     the mode stays where the test puts it.)"""
     p = policy(switch_evidence=100.0)
     last_one = view(with_(SPEC, inflight=1))
-    t = warm(p, (EDIT,), last_one)
+    t = warm(p, (EDIT,), view(with_(SPEC, inflight=6)))  # a busy pair
     assert p.decide(EDIT, last_one, t).route is Route.SPEC
     p.mode.speculating, p.mode.last_flip = False, t  # the mode flips (whatever the cause)
     d = p.decide(CHAT_HOT, last_one, t + 0.1)
@@ -308,7 +330,7 @@ def test_a_flip_hands_over_at_a_moment_the_old_engine_is_idle() -> None:
 def test_a_handover_waits_at_most_one_request_duration() -> None:
     p = policy(switch_evidence=100.0)
     last_one = view(with_(SPEC, inflight=1))
-    t = warm(p, (EDIT,), last_one)
+    t = warm(p, (EDIT,), view(with_(SPEC, inflight=6)))  # a busy pair
     p.mode.speculating, p.mode.last_flip = False, t
     assert p.decide(CHAT_HOT, last_one, t + 0.5).reason == "handover"
     assert p.decide(CHAT_HOT, last_one, t + 2.5).route is Route.BASE  # 2 s: the prior duration
@@ -324,17 +346,38 @@ def test_a_busy_old_engine_is_not_fed_after_a_flip() -> None:
     assert p.decide(CHAT_HOT, busy_spec, t + 0.1).route is Route.BASE
 
 
-def test_on_a_quiet_pair_a_flip_waits_for_the_old_engine_to_idle() -> None:
-    """At about one request per request-duration the old engine idles every few seconds, so
-    even with two requests on it the flip waits (bounded) rather than overlap them."""
-    p = policy(switch_evidence=100.0)
-    two = view(with_(SPEC, inflight=2))
+def test_on_a_quiet_pair_a_request_joins_the_running_engine_rather_than_split() -> None:
+    """At about one request per request-duration the pair idles every few seconds: a request
+    that finds one engine running joins it, whatever suits it alone (a split would make both
+    wait for both engines' steps), and one that finds the pair idle takes its own best."""
+    p = policy()
+    spec_running = view(with_(SPEC, inflight=1))
     t = 0.0
     for _ in range(20):  # 0.5 req/s, the prior 2-s duration: one arrival per request's life
-        p.decide(EDIT, two, t)
+        p.decide(EDIT, view(), t)
         t += 2.0
-    p.mode.speculating, p.mode.last_flip = False, t
-    assert p.decide(CHAT_HOT, two, t + 0.1).reason == "handover"
+    joined = p.decide(CHAT_HOT, spec_running, t)
+    assert (joined.route, joined.reason) == (Route.SPEC, "join_running")
+    alone = p.decide(CHAT_HOT, view(), t + 2.0)
+    assert alone.route is Route.BASE and alone.reason in ("idle_pair", "prior")
+    # the regime follows the device: the mode is what the pair now runs
+    assert p.snapshot()["mode"] == "fallback"
+
+
+def test_a_pair_that_gets_busy_keeps_the_regime_the_device_is_in() -> None:
+    """Leaving the quiet regime, the mode starts from what the device runs, and leaves it
+    only on evidence: no drain at the moment the load rises."""
+    p = policy()
+    t = 0.0
+    for _ in range(20):  # quiet, edits: the device runs the spec engine
+        p.decide(EDIT, view(), t)
+        t += 2.0
+    busy = view(with_(SPEC, inflight=8))
+    routes = []
+    for i in range(40):  # 10 req/s of mixed traffic now
+        t = round(t + 0.1, 6)
+        routes.append(p.decide(MIXED[i % len(MIXED)], busy, t).route)
+    assert routes[0] is Route.SPEC and not p._quiet
 
 
 def _outcome(d_route: Route, tpot_s: float, predicted_s: float | None, kind: str = "edit") -> Outcome:

@@ -47,17 +47,12 @@ class StepModel(Protocol):
         """Drafting and host overhead a speculative engine adds to each step."""
         ...
 
-    def prefill_ms(self, tokens: float) -> float:
-        """Device time to prefill ``tokens`` prompt tokens (chunked into the steps)."""
-        ...
-
 
 # Host time a speculative engine adds per step (rejection sampling, bookkeeping, async
 # scheduling off) and the n-gram proposer's own time, when no profile says otherwise.
 _SPEC_HOST_MS = StepTimeProfile.spec_host_overhead_ms
 _NGRAM_PROPOSER_MS = StepTimeProfile.cpu_proposer_ms
 _NGRAM_PROPOSER_MS_PER_SEQ = StepTimeProfile.cpu_proposer_ms_per_seq
-_PREFILL_MS_PER_TOKEN = 0.0266  # Qwen3-8B on an H200 (the physics profile's figure)
 
 
 def _interp(xs: tuple[int, ...], x: float) -> tuple[int, int, float]:
@@ -106,9 +101,6 @@ class TableStepModel:
         # Model drafters: roughly one small step per draft token (~7 % of a target step).
         return _SPEC_HOST_MS + 0.07 * k * self.step_ms(b, 1.0)
 
-    def prefill_ms(self, tokens: float) -> float:
-        return max(0.0, tokens) * _PREFILL_MS_PER_TOKEN
-
 
 class _PhysicsAdapter:
     """A :mod:`gateway.physics` profile, memoised on a (batch, q) grid of quarter steps."""
@@ -135,9 +127,6 @@ class _PhysicsAdapter:
             return host + float(self._p.draft_ms(method, max(k, 1), b, self._ctx))
         except Exception:
             return host + _NGRAM_PROPOSER_MS
-
-    def prefill_ms(self, tokens: float) -> float:
-        return float(self._p.prefill_ms(max(0, round(tokens))))
 
 
 def get_step_model(profile: str = DEFAULT_PROFILE, ctx: int = 1024) -> StepModel:

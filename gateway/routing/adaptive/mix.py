@@ -1,7 +1,7 @@
 """The traffic mix the two regimes are priced on: the requests of the last seconds.
 
 Each eligible request adds what the policy learned of its class (tokens per speculative
-step E before the live correction, tokens verified per spec step, prompt tokens). The
+step E before the live correction, tokens verified per spec step). The
 regimes are compared on this recent traffic, not on the one request at hand: the pair
 serves all of it in one regime. The window holds the requests of the last ``window_s``
 seconds but at least ``min_requests`` of the most recent (and at most ``MAX_REQUESTS``).
@@ -20,7 +20,6 @@ class MixEntry:
     at: float
     tokens_per_step: float  # learned E of the request's class, before the live correction
     verified: float  # tokens a spec step verifies for it (1 + drafts)
-    prompt_tokens: int
 
 
 @dataclass
@@ -60,14 +59,3 @@ class TrafficMix:
     def mean_verified(self) -> float | None:
         """Mean tokens a spec step verifies per sequence (None with no traffic)."""
         return self._verified_sum / len(self.entries) if self.entries else None
-
-    def arrival_rate(self) -> float:
-        """Requests per second over the window."""
-        mix = self.entries
-        if len(mix) < 2:
-            return 0.0
-        return (len(mix) - 1) / max(mix[-1].at - mix[0].at, 1.0)
-
-    def mean_prompt_tokens(self) -> float:
-        mix = self.entries
-        return sum(m.prompt_tokens for m in mix) / len(mix) if mix else 0.0

@@ -123,8 +123,9 @@ class AdaptivePolicy:
             q, _ = self.draft_learner.blend(kind, features.temperature, 1.0 + p_draft * self.k, now)
         else:
             q = float(self.k + 1)
-        self.mix.add(MixEntry(now, blended, q, features.prompt_tokens))
-        load = self.live.batch(engine_load(spec) + engine_load(base) + 1.0)
+        self.mix.add(MixEntry(now, blended, q))
+        in_flight = engine_load(spec) + engine_load(base)
+        load = self.live.batch(in_flight + 1.0)
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
@@ -134,16 +135,15 @@ class AdaptivePolicy:
 
         probe = False
         target = Route.SPEC if speculating else Route.BASE
-        own = e * costs.base_ms / (costs.spec_ms / self._inv_e_mix()) if costs.spec_ms > 0 else 1.0
-        quiet = self._quiet_pair(engine_load(spec) + engine_load(base))
-        if quiet and spec.inflight == 0 and base.inflight == 0:
-            route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
-            reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
-            self._routing = route
-            self.mode.follow(route is Route.SPEC)
-        elif quiet and (spec.inflight > 0) != (base.inflight > 0):
-            route = Route.SPEC if spec.inflight > 0 else Route.BASE
-            reason = Reason.JOIN_RUNNING
+        own_spec_ms = costs.spec_ms / self._inv_e_mix() / e  # this request's, on spec
+        own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
+        if self._quiet_pair(in_flight) and not (spec.inflight and base.inflight):
+            if spec.inflight or base.inflight:  # one engine running: join it
+                route = Route.SPEC if spec.inflight else Route.BASE
+                reason = Reason.JOIN_RUNNING
+            else:  # both idle: the engine fastest for this request
+                route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
+                reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
             self._routing = route
             self.mode.follow(route is Route.SPEC)
         elif self._handover(target, pair, now):
@@ -172,7 +172,6 @@ class AdaptivePolicy:
                 reason = Reason.PRIOR if no_data else Reason.LOW_ACCEPTANCE
         if route is Route.SPEC:
             self.live.track_expected(now, blended, p_draft, q)
-        own_spec_ms = costs.spec_ms / self._inv_e_mix() / e
         # What the model alone predicts for this request on its engine, for the bias to learn
         # from; only when the request will have the device to its engine (no probe, the
         # other engine idle) and will not queue (a saturated engine's time per token is

@@ -2,8 +2,9 @@
 
 The cost model predicts each request's time per output token on the engine it is sent to
 (step times from the calibration profile at the pair's load, tokens per step from the
-request's class). The gateway then measures what the request actually got. Part of the gap is common to both engines (the profile read at
-the wrong context length, host overheads): plain decoding is the same physics on either
+request's class). The gateway then measures what the request actually got. Part of the
+gap is common to both engines (the profile read at the wrong context length, host
+overheads): plain decoding is the same physics on either
 engine, so the plain engine's gap is taken as that common part. What remains on the
 speculative engine (acceptance, drafts, verification cost, all of it at the current load
 and temperature) is speculation's own error, and the spec regime's cost is scaled by it:

@@ -28,6 +28,8 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 GEN_TOKENS = "vllm:generation_tokens"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+CACHED_TOKENS = "vllm:prompt_tokens_cached"
 TPOT = "vllm:request_time_per_output_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 
@@ -42,12 +44,27 @@ _KEEP_SAMPLES = (
     WAITING,
     KV_USAGE,
     f"{GEN_TOKENS}_total",
+    f"{PROMPT_TOKENS}_total",
+    f"{CACHED_TOKENS}_total",
     f"{TPOT}_sum",
     f"{TPOT}_count",
     f"{ITL}_sum",
     f"{ITL}_count",
 )
-_KEEP_FAMILIES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS, RUNNING, WAITING, KV_USAGE, GEN_TOKENS, TPOT, ITL)
+_KEEP_FAMILIES = (
+    DRAFTS,
+    DRAFT_TOKENS,
+    ACCEPTED,
+    PER_POS,
+    RUNNING,
+    WAITING,
+    KV_USAGE,
+    GEN_TOKENS,
+    PROMPT_TOKENS,
+    CACHED_TOKENS,
+    TPOT,
+    ITL,
+)
 
 
 class MetricsParseError(ValueError):
@@ -66,6 +83,8 @@ class MetricsSample:
     waiting: float | None = None
     kv_usage: float | None = None
     generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    cached_tokens: float | None = None  # prompt tokens served from the prefix cache
     tpot_sum: float | None = None
     tpot_count: float | None = None
     itl_sum: float | None = None
@@ -148,6 +167,8 @@ def parse_metrics(text: str, model_name: str | None = None) -> MetricsSample:
         waiting=get(WAITING),
         kv_usage=get(KV_USAGE),
         generation_tokens=get(f"{GEN_TOKENS}_total"),
+        prompt_tokens=get(f"{PROMPT_TOKENS}_total"),
+        cached_tokens=get(f"{CACHED_TOKENS}_total"),
         tpot_sum=get(f"{TPOT}_sum"),
         tpot_count=get(f"{TPOT}_count"),
         itl_sum=get(f"{ITL}_sum"),
@@ -161,6 +182,8 @@ def _counters(s: MetricsSample) -> tuple[float | None, ...]:
         s.draft_tokens,
         s.accepted,
         s.generation_tokens,
+        s.prompt_tokens,
+        s.cached_tokens,
         s.tpot_count,
         s.tpot_sum,
         s.itl_count,
@@ -237,6 +260,11 @@ class MetricsWindow:
         tpot = d_sum / d_cnt if d_cnt and d_sum is not None and d_cnt > 0 else None
         d_gen = delta(old.generation_tokens, new.generation_tokens)
         gen_tps = d_gen / span if d_gen is not None else None
+        d_prompt = delta(old.prompt_tokens, new.prompt_tokens)
+        prefill_tps = None
+        if d_prompt is not None:
+            d_cached = delta(old.cached_tokens, new.cached_tokens) or 0.0
+            prefill_tps = max(0.0, d_prompt - d_cached) / span
         d_icnt = delta(old.itl_count, new.itl_count)
         d_isum = delta(old.itl_sum, new.itl_sum)
         step = d_isum / d_icnt if d_icnt and d_isum is not None and d_icnt > 0 else None
@@ -257,5 +285,6 @@ class MetricsWindow:
             tokens_per_step=tps,
             drafts=d_drafts or 0.0,
             generation_tps=gen_tps,
+            prefill_tps=prefill_tps,
             resets=self.resets,
         )

@@ -47,6 +47,10 @@ class StepModel(Protocol):
         """Drafting and host overhead a speculative engine adds to each step."""
         ...
 
+    def prefill_ms_per_token(self) -> float:
+        """What one prompt token prefilled inside a step adds to it (compute-bound)."""
+        ...
+
 
 # Host time a speculative engine adds per step (rejection sampling, bookkeeping, async
 # scheduling off) and the n-gram proposer's own time, when no profile says otherwise.
@@ -94,6 +98,11 @@ class TableStepModel:
 
         return max(0.1, row(bi) * (1 - bw) + row(bj) * bw)
 
+    def prefill_ms_per_token(self) -> float:
+        """The marginal cost of one more token at the top of the grid."""
+        top, t = self.batches[-1], self.table[-1]
+        return max(0.0, (t[-1] - t[-2]) / (top * (self.qs[-1] - self.qs[-2])))
+
     def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
         b = max(batch, 1.0)
         if method in NGRAM_METHODS:
@@ -119,6 +128,9 @@ class _PhysicsAdapter:
             if len(self._cache) < 65536:
                 self._cache[key] = v
         return v
+
+    def prefill_ms_per_token(self) -> float:
+        return float(self._p.prefill_ms(1000)) / 1000.0
 
     def spec_extra_ms(self, method: str, k: int, batch: float) -> float:
         b = max(batch, 1.0)

@@ -117,6 +117,10 @@ class EngineStats:
     tokens_per_step: float | None = None
     drafts: float = 0.0  # Δdrafts in the window (how much evidence the rates rest on)
     generation_tps: float | None = None
+    # Prompt tokens prefilled per second over the window (prefix-cache hits excluded), from
+    # the counters: the share of the engine's time spent prefilling is this × the per-token
+    # prefill cost.
+    prefill_tps: float | None = None
     resets: int = 0  # counter resets (engine restarts) seen so far
 
     def as_dict(self) -> dict[str, object]:

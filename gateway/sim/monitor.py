@@ -77,6 +77,7 @@ class SimMonitor:
             waiting=float(eng.num_waiting),
             kv_usage=eng.kv_usage(),
             generation_tokens=float(st.generation_tokens),
+            prompt_tokens=float(st.prompt_tokens),
             tpot_sum=self.tpot_sum,
             tpot_count=float(self.tpot_count),
             itl_sum=self.itl.itl_sum if self.itl else None,

@@ -87,6 +87,17 @@ def test_window_deltas(spec_page: str) -> None:
     assert st.drafts == 1000.0
 
 
+def test_prefill_rate_counts_prompt_tokens_not_served_from_the_cache(base_page: str) -> None:
+    prompt = 'vllm:prompt_tokens_total{engine="0",model_name="qwen3-8b-base"}'
+    cached = 'vllm:prompt_tokens_cached_total{engine="0",model_name="qwen3-8b-base"}'
+    s = parse_metrics(base_page)
+    assert (s.prompt_tokens, s.cached_tokens) == (389120.0, 0.0)
+    w = MetricsWindow(window_s=10.0)
+    assert w.add(0.0, s).prefill_tps is None  # one sample: no rate yet
+    later = bump(bump(base_page, prompt, 389120.0, 389120.0 + 6000.0), cached, 0.0, 2000.0)
+    assert w.add(2.0, parse_metrics(later)).prefill_tps == pytest.approx((6000 - 2000) / 2.0)
+
+
 def test_counter_reset_restarts_window(spec_page: str) -> None:
     w = MetricsWindow(window_s=10.0)
     w.add(0.0, parse_metrics(_later(spec_page)))

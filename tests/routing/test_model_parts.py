@@ -60,6 +60,23 @@ def test_regime_costs_design_numbers() -> None:
     assert heavy.speedup < 1.0
 
 
+def test_prefill_is_a_cost_both_regimes_share() -> None:
+    """Long prompts at a large batch: the prefill each answer token carries is the same in
+    either regime, so it adds to both and pulls the speed-up toward 1."""
+    m = TableStepModel()
+    bare = regime_costs(m, load=128, q_spec=3, inv_tokens_per_step=1 / 2.0, margin=0.1)
+    long = regime_costs(m, load=128, q_spec=3, inv_tokens_per_step=1 / 2.0, margin=0.1, prefill_per_token=2.0)
+    x = m.prefill_ms_per_token() * 128 * 2.0
+    assert long.shared_ms == pytest.approx(x)
+    assert long.base_ms == pytest.approx(bare.base_ms + x) and long.spec_ms == pytest.approx(bare.spec_ms + x)
+    assert 1.0 < long.speedup < bare.speedup
+    # At the break-even harmonic-mean E, spec is exactly 1 + margin faster.
+    be = regime_costs(
+        m, load=128, q_spec=3, inv_tokens_per_step=1 / long.break_even_tokens_per_step, prefill_per_token=2.0
+    )
+    assert be.speedup == pytest.approx(1.1, rel=1e-6)
+
+
 def _flip_time(m: ModeTracker, speedup: float, t0: float, dt: float = 0.1) -> float:
     """Feed ``speedup`` every ``dt`` seconds from ``t0`` until the mode flips; the flip time."""
     start, t = m.speculating, t0

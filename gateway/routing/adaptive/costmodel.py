@@ -16,6 +16,14 @@ Mean time per output token: plain T_b(B, 1); spec T_s(B, q̄) · mean(1/E) over 
 (a harmonic mean: slow requests weigh most). ``B`` is the pair's whole load plus this
 request. The predicted speed-up of the spec regime is the ratio; the break-even is the
 harmonic-mean E at which it equals ``1 + margin``.
+
+Both regimes also prefill the prompts of the requests they admit, inside their steps. Per
+output token that costs the same in either: B requests whose prompts are P tokens per L
+answer tokens need c·B·P/L ms of prefill per token each of them emits (c: the per-token
+prefill cost). Spec steps carry E times more of it than plain steps, and emit E times
+more tokens. This shared term (``shared_ms``) brings the ratio toward 1 where prompts are
+long and the batch is large: without it, a saturated pair of long prompts would be priced
+as if decoding were all its steps did.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ class RegimeCosts:
     base_ms: float  # mean time per output token, everything on the plain engine
     spec_ms: float  # same, everything on the speculative engine
     break_even_tokens_per_step: float  # harmonic-mean E where spec = base / (1 + margin)
+    shared_ms: float = 0.0  # the part of both that is prefill (per output token)
 
     @property
     def speedup(self) -> float:
@@ -47,11 +56,20 @@ def regime_costs(
     margin: float = 0.0,
     method: str = "ngram",
     k: int = 5,
+    prefill_per_token: float = 0.0,
 ) -> RegimeCosts:
+    """``prefill_per_token``: prompt tokens prefilled per answer token of the traffic (P/L)."""
     b = max(1.0, load)
     t_base = scale_base * steps.step_ms(b, 1)
     t_spec = scale_spec * (steps.step_ms(b, max(1.0, q_spec)) + steps.spec_extra_ms(method, k, b))
     inv_e = min(1.0, max(1e-3, inv_tokens_per_step))
-    spec_ms = t_spec * inv_e
-    be = (1.0 + margin) * t_spec / t_base if t_base > 0 else float("inf")
-    return RegimeCosts(base_ms=t_base, spec_ms=spec_ms, break_even_tokens_per_step=be)
+    shared = steps.prefill_ms_per_token() * b * max(0.0, prefill_per_token)
+    # base + X = (1 + m)(t_spec / E + X)  =>  E = (1 + m) t_spec / (base − m X)
+    room = t_base - margin * shared
+    be = (1.0 + margin) * t_spec / room if room > 0 else float("inf")
+    return RegimeCosts(
+        base_ms=t_base + shared,
+        spec_ms=t_spec * inv_e + shared,
+        break_even_tokens_per_step=be,
+        shared_ms=shared,
+    )

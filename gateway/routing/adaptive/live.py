@@ -27,12 +27,28 @@ _SCALE_MAX = 20.0
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 _SENT_HORIZON_S = 120.0  # how long requests sent to spec are remembered (bounds the deque)
 _MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
+_MAX_PREFILL_SHARE = 0.9  # a measured prefill share above this is a window artefact
 
 
 def engine_load(e: EngineView) -> float:
     """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
     scraped = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
     return max(float(e.inflight), scraped)
+
+
+def _decode_ms(stats: EngineStats, steps: StepModel) -> float:
+    """The decode part of an engine's measured step, in ms.
+
+    Steps also prefill the prompts of requests being admitted, and the profile prices
+    decoding only. An engine that completes requests faster admits more of them per step,
+    so its steps carry more prefill (a speculative engine's about E times the plain
+    one's): left in, it would read as that engine's steps being slow, and a regime priced
+    on it would lose to one that was not measured. Over a window, prefill takes
+    ``prefill_tps`` x the per-token cost of the engine's time; the rest is decoding.
+    """
+    step_ms = (stats.step_s or 0.0) * 1000.0
+    share = (stats.prefill_tps or 0.0) * steps.prefill_ms_per_token() / 1000.0
+    return step_ms * (1.0 - min(_MAX_PREFILL_SHARE, share))
 
 
 def toward(old: float, new: float, dt: float, half_life: float) -> float:
@@ -50,6 +66,7 @@ class LiveCorrections:
     q_ratio: float = 1.0
     scale_spec: float = 1.0
     scale_base: float = 1.0
+    prefill_per_token: float = 0.0  # prompt tokens prefilled per answer token (the pair's)
     last_update: float = -math.inf
     # The largest batch an engine was seen running while requests waited: its scheduler's
     # cap (max_num_seqs). Requests beyond it queue; they do not make steps longer.
@@ -136,6 +153,11 @@ class LiveCorrections:
             self.q_ratio = toward(self.q_ratio, q_raw, dt, self.half_life_s)
         else:
             self.q_ratio = toward(self.q_ratio, 1.0, dt, self.unknown_half_life_s)
+        prefill = [e.stats for e in (spec, base) if not e.stale and e.stats.prefill_tps is not None]
+        gen = sum(st.generation_tps or 0.0 for st in prefill)
+        if gen > 0:
+            ratio = sum(st.prefill_tps or 0.0 for st in prefill) / gen
+            self.prefill_per_token = toward(self.prefill_per_token, ratio, dt, self.half_life_s)
         if self.fit_step_times:
             self._fit_steps(spec, base, now, steps, q_mix, method, k)
 
@@ -183,8 +205,9 @@ class LiveCorrections:
         emissions (a step of batch B counts B times), so it is compared with the same
         load-weighted mean of what the profile predicted over that window. Only windows in
         which the engine ran alone on the device are used: with both engines stepping,
-        how the device interleaves them blurs the attribution. Fitted once per new
-        scrape, on a fractional power (smoothing).
+        how the device interleaves them blurs the attribution. The steps' prefill is
+        taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
+        fractional power (smoothing).
         """
         l_s, l_b = self.batch(engine_load(spec)), self.batch(engine_load(base))
         hist = self._pred_hist
@@ -200,10 +223,10 @@ class LiveCorrections:
         if not base.stale and base.stats.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
             w = sum(h[2] for h in hist)
             pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
-            ratio = base.stats.step_s * 1000.0 / pred
+            ratio = _decode_ms(base.stats, steps) / pred
             self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
         if not spec.stale and spec.stats.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
             w = sum(h[1] for h in hist)
             pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
-            ratio = spec.stats.step_s * 1000.0 / pred
+            ratio = _decode_ms(spec.stats, steps) / pred
             self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))

@@ -135,7 +135,8 @@ class AdaptivePolicy:
 
         probe = False
         target = Route.SPEC if speculating else Route.BASE
-        own_spec_ms = costs.spec_ms / self._inv_e_mix() / e  # this request's, on spec
+        decode_ms = (costs.spec_ms - costs.shared_ms) / self._inv_e_mix() / e
+        own_spec_ms = decode_ms + costs.shared_ms  # this request's, on spec
         own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
         if self._quiet_pair(in_flight) and not (spec.inflight and base.inflight):
             if spec.inflight or base.inflight:  # one engine running: join it
@@ -179,9 +180,9 @@ class AdaptivePolicy:
         other, chosen = (base, spec) if route is Route.SPEC else (spec, base)
         predicted: float | None = None
         if not probe and other.inflight == 0 and not (chosen.stats.waiting or 0.0) > 0:
-            ms = own_spec_ms if route is Route.SPEC else costs.base_ms
-            if route is Route.SPEC:
-                ms /= self.bias.factor(Route.SPEC, now)  # the model's own prediction
+            ms = costs.base_ms
+            if route is Route.SPEC:  # the model's own prediction
+                ms = decode_ms / self.bias.factor(Route.SPEC, now) + costs.shared_ms
             predicted = ms / 1000.0
         d = decide_route(
             pair,
@@ -284,6 +285,7 @@ class AdaptivePolicy:
             margin=self.mode.margin,
             method=self.method,
             k=self.k,
+            prefill_per_token=self.live.prefill_per_token,
         )
 
     # -- learning -------------------------------------------------------------------

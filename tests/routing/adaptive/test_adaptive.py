@@ -279,6 +279,35 @@ def test_measured_step_time_corrects_the_profile() -> None:
     assert not p.mode.speculating
 
 
+def test_steps_long_because_they_prefill_are_not_read_as_slow_decoding() -> None:
+    """Steps that spend half their time prefilling admitted prompts are twice as long as
+    the profile's decode step: the fit takes the prefill out (the scale stays near 1), and
+    the prefill is priced into both regimes alike instead."""
+    p = policy()
+    c = p.steps.prefill_ms_per_token()
+    load = 16.0
+    decode = p.steps.step_ms(load, 6) + p.steps.spec_extra_ms("ngram", 5, load)
+    prefill_tps = 0.5 / (c / 1000.0)  # half of the engine's time
+    for i in range(80):  # the ratio settles on a 10-s half-life
+        mv = view(
+            with_(
+                SPEC,
+                inflight=int(load) - 1,
+                step_s=2 * decode / 1000 + i * 1e-9,
+                prefill_tps=prefill_tps,
+                generation_tps=prefill_tps / 4,  # prompts 4x the answers
+            ),
+            with_(BASE, inflight=0, prefill_tps=0.0),
+        )
+        for j in range(10):
+            p.decide(EDIT, mv, i + j / 10)
+    assert 0.8 < p.live.scale_spec < 1.25
+    alone = p._regime(load)
+    assert p.live.prefill_per_token == pytest.approx(4.0, rel=0.02)
+    assert alone.shared_ms == pytest.approx(c * load * p.live.prefill_per_token)
+    assert alone.base_ms - alone.shared_ms == pytest.approx(p.steps.step_ms(load, 1) * p.live.scale_base)
+
+
 def test_factory_builds_adaptive() -> None:
     assert isinstance(build_policy(RoutingConfig(policy="adaptive")), AdaptivePolicy)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.routing.steptime import StepModel
@@ -27,6 +28,10 @@ _SCALE_MAX = 20.0
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 _SENT_HORIZON_S = 120.0  # how long requests sent to spec are remembered (bounds the deque)
 _MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
+_CAP_HALF_LIFE_S = 10.0  # how fast the batch cap follows what saturated engines run
+# A queue of at least a quarter of the batch: the engine is full. A shorter one beside a
+# moderate batch is its prefill budget admitting a burst, not its cap.
+_CAP_QUEUE = 0.25
 _MAX_PREFILL_SHARE = 0.9  # a measured prefill share above this is a window artefact
 
 
@@ -34,6 +39,15 @@ def engine_load(e: EngineView) -> float:
     """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
     scraped = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
     return max(float(e.inflight), scraped)
+
+
+def _running(e: EngineView, batch: Callable[[float], float]) -> float:
+    """The batch an engine steps: its scraped running count where known, else its load at
+    the batch cap."""
+    running = e.stats.running
+    if not e.stale and running is not None and running > 0:
+        return float(running)
+    return batch(engine_load(e))
 
 
 def _decode_ms(stats: EngineStats, steps: StepModel) -> float:
@@ -68,8 +82,10 @@ class LiveCorrections:
     scale_base: float = 1.0
     prefill_per_token: float = 0.0  # prompt tokens prefilled per answer token (the pair's)
     last_update: float = -math.inf
-    # The largest batch an engine was seen running while requests waited: its scheduler's
-    # cap (max_num_seqs). Requests beyond it queue; they do not make steps longer.
+    # The batch an engine runs while requests wait: its scheduler's cap (max_num_seqs, or
+    # what its KV cache holds, which moves with the prompts). Requests beyond it queue;
+    # they do not make steps longer. Smoothed over the recent saturated scrapes: a KV-bound
+    # batch fluctuates, and its largest value would price every step too dear.
     batch_cap: float = math.inf
     # Requests sent to the spec engine: (time, 1/E, AL over drafted steps, tokens verified).
     _sent: deque[tuple[float, float, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
@@ -137,9 +153,16 @@ class LiveCorrections:
         self.last_update = now
         spec, base = pair.spec, pair.base
         for e in (spec, base):
-            if not e.stale and e.stats.waiting and e.stats.running and e.stats.running >= _MIN_CAP:
-                cap = e.stats.running if math.isinf(self.batch_cap) else max(self.batch_cap, e.stats.running)
-                self.batch_cap = cap
+            running, waiting = e.stats.running or 0.0, e.stats.waiting or 0.0
+            if e.stale or running <= 0:
+                continue
+            if running >= _MIN_CAP and waiting >= _CAP_QUEUE * running:  # full: the cap
+                if math.isinf(self.batch_cap):
+                    self.batch_cap = running
+                else:
+                    self.batch_cap = toward(self.batch_cap, running, dt, _CAP_HALF_LIFE_S)
+            elif running > self.batch_cap:
+                self.batch_cap = running  # not full, and it runs that many: the cap is higher
         expected = None if spec.stale else self._expected(spec.stats, duration_s)
         raw = self._live_acceptance_ratio(spec, expected)
         if raw is not None:
@@ -209,7 +232,7 @@ class LiveCorrections:
         taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
         fractional power (smoothing).
         """
-        l_s, l_b = self.batch(engine_load(spec)), self.batch(engine_load(base))
+        l_s, l_b = _running(spec, self.batch), _running(base, self.batch)
         hist = self._pred_hist
         t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
         t_b = steps.step_ms(max(l_b, 1.0), 1.0)

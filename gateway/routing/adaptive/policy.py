@@ -70,6 +70,11 @@ _HANDOVER_MAX = 1  # hand over only to an old engine about to idle (its last req
 _QUIET_ENTER = 1.5
 _QUIET_LEAVE = 3.0
 _IDLE_PREMIUM = 0.05  # a request alone on the pair goes to spec if that is 5 % faster for it
+# A request's time per token teaches the bias only if the pair's mean load over its life
+# stayed within 25 % (or 2 requests, on a light pair) of what it found on arrival.
+_LOAD_DRIFT = 0.25
+_LOAD_DRIFT_FLOOR = 8.0
+_LOAD_HORIZON_S = 300.0  # how far back loads are kept (longer requests are not judged)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
 
 
@@ -101,6 +106,8 @@ class AdaptivePolicy:
         self._duration_s = 2.0  # mean request duration (how long a handover may wait)
         self._quiet = True  # see _quiet_pair
         self._busy = 0.0  # mean requests in flight that arrivals find
+        # (time, requests in flight) at each decision, for as long as a request may live
+        self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -125,6 +132,9 @@ class AdaptivePolicy:
             q = float(self.k + 1)
         self.mix.add(MixEntry(now, blended, q))
         in_flight = engine_load(spec) + engine_load(base)
+        self._loads.append((now, in_flight))
+        while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
+            self._loads.popleft()
         load = self.live.batch(in_flight + 1.0)
         costs = self._regime(load)
         self._last_costs = costs
@@ -211,6 +221,20 @@ class AdaptivePolicy:
             self._quiet = True
         return self._quiet
 
+    def _load_held(self, outcome: Outcome, now: float) -> bool:
+        """Whether the pair's load held while the request ran: its prediction was made at
+        the load it found, and a request that met a rising (or falling) load measured that
+        change, not the model's error. A cold start at high QPS fills the engine within the
+        first requests' lives, and would teach the bias that the engine is slow."""
+        if outcome.tpot_s is None:
+            return False
+        start = now - (outcome.ttft_s or 0.0) - outcome.tpot_s * max(0, outcome.completion_tokens - 1)
+        life = [n for t, n in self._loads if t >= start]
+        if not life:
+            return True  # no other request arrived meanwhile: the load it found held
+        found, mean = life[0], sum(life) / len(life)
+        return abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR)
+
     def _handover(self, target: Route, pair: PairView, now: float) -> bool:
         """Whether the request still goes to the old mode's engine after a flip.
 
@@ -292,7 +316,12 @@ class AdaptivePolicy:
     def observe(self, outcome: Outcome, now: float) -> None:
         if not outcome.ok:
             return
-        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and not outcome.probe:
+        if (
+            outcome.predicted_tpot_s is not None
+            and outcome.tpot_s is not None
+            and not outcome.probe
+            and self._load_held(outcome, now)
+        ):
             self.bias.observe(
                 outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, outcome.completion_tokens, now
             )

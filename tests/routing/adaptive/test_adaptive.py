@@ -308,6 +308,43 @@ def test_steps_long_because_they_prefill_are_not_read_as_slow_decoding() -> None
     assert alone.base_ms - alone.shared_ms == pytest.approx(p.steps.step_ms(load, 1) * p.live.scale_base)
 
 
+def test_a_request_that_met_a_rising_load_does_not_teach_the_bias() -> None:
+    """A cold start at high QPS: the first requests were predicted on an idle pair and ran
+    on a full one. Their time per token measured the load's rise, not the model's error;
+    requests that ran at the load they found do count."""
+    p = policy()
+
+    def served(t0: float, inflight: int, tpot: float) -> None:
+        d = p.decide(EDIT, view(with_(SPEC, inflight=inflight), with_(BASE, inflight=0)), t0)
+        assert d.route is Route.SPEC and d.predicted_tpot_s is not None
+        for i in range(1, 20):  # arrivals during its 2-s life find the pair as it then is
+            p.decide(
+                EDIT, view(with_(SPEC, inflight=inflight + i * 10), with_(BASE, inflight=0)), t0 + i / 10
+            )
+        out = Outcome(
+            "m", Route.SPEC, "spec", "edit", 0.0, ok=True, completion_tokens=200,
+            ttft_s=0.05, tpot_s=tpot, predicted_tpot_s=d.predicted_tpot_s,
+        )  # fmt: skip
+        p.observe(out, t0 + 0.05 + tpot * 199)
+
+    served(0.0, 0, 0.010)  # the load rose from 0 to 190 in flight while it ran
+    assert p.bias.tracks[Route.SPEC].samples == 0
+
+    def steady(t0: float) -> None:
+        d = p.decide(EDIT, view(with_(SPEC, inflight=12), with_(BASE, inflight=0)), t0)
+        assert d.predicted_tpot_s is not None
+        for i in range(1, 20):
+            p.decide(EDIT, view(with_(SPEC, inflight=12 + i % 3), with_(BASE, inflight=0)), t0 + i / 10)
+        out = Outcome(
+            "m", Route.SPEC, "spec", "edit", 0.0, ok=True, completion_tokens=200,
+            ttft_s=0.05, tpot_s=d.predicted_tpot_s, predicted_tpot_s=d.predicted_tpot_s,
+        )  # fmt: skip
+        p.observe(out, t0 + 2.0)
+
+    steady(100.0)
+    assert p.bias.tracks[Route.SPEC].samples == 1
+
+
 def test_factory_builds_adaptive() -> None:
     assert isinstance(build_policy(RoutingConfig(policy="adaptive")), AdaptivePolicy)
 

@@ -24,11 +24,26 @@ def test_the_batch_cap_is_what_an_engine_runs_while_requests_wait() -> None:
     # a short queue beside a small batch is the prefill budget at work, not the cap
     _refresh(live, SPEC, with_(BASE, running=12.0, waiting=3.0), 0.0)
     assert math.isinf(live.batch_cap)
-    _refresh(live, SPEC, with_(BASE, running=240.0, waiting=400.0), 1.0)
-    _refresh(live, SPEC, with_(BASE, running=256.0, waiting=900.0), 2.0)
-    _refresh(live, SPEC, with_(BASE, running=200.0, waiting=0.0), 3.0)  # no queue: no evidence
+    # so is a burst of admissions beside a moderate batch (the engine is not full)
+    _refresh(live, with_(SPEC, running=54.0, waiting=2.0), BASE, 0.5)
+    assert math.isinf(live.batch_cap)
+    _refresh(live, SPEC, with_(BASE, running=256.0, waiting=900.0), 1.0)
+    _refresh(live, SPEC, with_(BASE, running=200.0, waiting=0.0), 2.0)  # no queue: no evidence
     assert live.batch_cap == 256.0
     assert live.batch(1500) == 256.0 and live.batch(80) == 80
+
+
+def test_a_kv_bound_cap_is_what_the_engine_typically_runs_not_its_peak() -> None:
+    """An engine bound by its KV cache runs 110-150 requests while the rest wait: the cap
+    follows the typical batch (pricing at its peak would make every step too dear)."""
+    live = LiveCorrections()
+    for i in range(120):
+        running = (110.0, 150.0, 130.0, 140.0, 120.0)[i % 5]
+        _refresh(live, SPEC, with_(BASE, running=running, waiting=900.0), float(i))
+    assert 120.0 < live.batch_cap < 140.0
+    # running more than that without a queue proves the cap higher
+    _refresh(live, SPEC, with_(BASE, running=200.0, waiting=0.0), 121.0)
+    assert live.batch_cap == 200.0
 
 
 def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.routing.steptime import StepModel
@@ -39,15 +38,6 @@ def engine_load(e: EngineView) -> float:
     """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
     scraped = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
     return max(float(e.inflight), scraped)
-
-
-def _running(e: EngineView, batch: Callable[[float], float]) -> float:
-    """The batch an engine steps: its scraped running count where known, else its load at
-    the batch cap."""
-    running = e.stats.running
-    if not e.stale and running is not None and running > 0:
-        return float(running)
-    return batch(engine_load(e))
 
 
 def _decode_ms(stats: EngineStats, steps: StepModel) -> float:
@@ -137,6 +127,14 @@ class LiveCorrections:
     def batch(self, load: float) -> float:
         """The batch ``load`` requests make on one engine (its cap, once one was seen)."""
         return min(load, self.batch_cap)
+
+    def running(self, e: EngineView) -> float:
+        """The batch an engine steps: its scraped running count where known, else its load
+        at the batch cap."""
+        running = e.stats.running
+        if not e.stale and running is not None and running > 0:
+            return float(running)
+        return self.batch(engine_load(e))
 
     def refresh(
         self,
@@ -232,7 +230,7 @@ class LiveCorrections:
         taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
         fractional power (smoothing).
         """
-        l_s, l_b = _running(spec, self.batch), _running(base, self.batch)
+        l_s, l_b = self.running(spec), self.running(base)
         hist = self._pred_hist
         t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
         t_b = steps.step_ms(max(l_b, 1.0), 1.0)

@@ -229,10 +229,14 @@ class AdaptivePolicy:
         if outcome.tpot_s is None:
             return False
         start = now - (outcome.ttft_s or 0.0) - outcome.tpot_s * max(0, outcome.completion_tokens - 1)
-        life = [n for t, n in self._loads if t >= start]
+        life: list[float] = []
+        for t, n in reversed(self._loads):  # newest first, back to the request's start
+            if t < start:
+                break
+            life.append(n)
         if not life:
             return True  # no other request arrived meanwhile: the load it found held
-        found, mean = life[0], sum(life) / len(life)
+        found, mean = life[-1], sum(life) / len(life)
         return abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR)
 
     def _handover(self, target: Route, pair: PairView, now: float) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import openai
@@ -63,35 +64,26 @@ async def test_adaptive_routes_through_scraped_emulated_pair(
     client = await asyncio.to_thread(
         openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
     )
+
+    async def ask(messages: Any, temperature: float, max_tokens: int) -> Any:
+        return await client.chat.completions.with_raw_response.create(
+            model="qwen3-8b", messages=messages, temperature=temperature, max_tokens=max_tokens
+        )
+
     try:
         await _wait_scraped(app[STATE])
-        edit = await client.chat.completions.with_raw_response.create(
-            model="qwen3-8b",
-            messages=EDIT,
-            temperature=0,
-            max_tokens=64,  # type: ignore[arg-type]
-        )
+        edit = await ask(EDIT, 0.0, 64)
         assert edit.headers["x-specgate-route"] == "spec"
         # A fresh gateway has measured no acceptance yet: the reason says it went on the prior.
         assert edit.headers["x-specgate-reason"] == "prior"
         assert edit.parse().choices[0].message.content
         # Its outcome was learned: the same kind of request is now routed on what was measured;
         # sent alone, it finds the pair idle and takes the engine fastest for it.
-        edit = await client.chat.completions.with_raw_response.create(
-            model="qwen3-8b",
-            messages=EDIT,
-            temperature=0,
-            max_tokens=64,  # type: ignore[arg-type]
-        )
+        edit = await ask(EDIT, 0.0, 64)
         assert edit.headers["x-specgate-route"] == "spec"
         assert edit.headers["x-specgate-reason"] == "idle_pair"
 
-        chat = await client.chat.completions.with_raw_response.create(
-            model="qwen3-8b",
-            messages=CHAT,
-            temperature=1.0,
-            max_tokens=16,  # type: ignore[arg-type]
-        )
+        chat = await ask(CHAT, 1.0, 16)
         # Open chat at T=1 gains nothing from speculation: alone on the pair, it goes plain.
         assert chat.headers["x-specgate-route"] == "base"
         assert chat.headers["x-specgate-reason"] in ("idle_pair", "prior")

@@ -124,24 +124,32 @@ class KindLearner:
         self.half_life_s = half_life_s
         self.max_weight = max_weight
         self._est: dict[tuple[str, int], _Ewma] = {}
+        self.version = 0  # changes with every observation (for callers that memoise)
 
-    def _key(self, kind: str, temperature: float) -> tuple[str, int]:
+    def key(self, kind: str, temperature: float) -> tuple[str, int]:
+        """The class a request falls in: (kind, temperature bucket)."""
         return (kind if kind in self.kinds else "chat", temp_bucket(temperature))
 
     def observe(self, kind: str, temperature: float, accepted_per_step: float, now: float) -> None:
         if not math.isfinite(accepted_per_step):
             return
-        est = self._est.setdefault(self._key(kind, temperature), _Ewma())
+        est = self._est.setdefault(self.key(kind, temperature), _Ewma())
         est.add(max(0.0, accepted_per_step), now, self.half_life_s, self.max_weight)
+        self.version += 1
+
+    def learned(self, key: tuple[str, int], now: float) -> tuple[float, float]:
+        """(evidence weight of the learned part 0..1, learned E) for a class (:meth:`key`);
+        E = (1 - w) · prior + w · learned."""
+        est = self._est.get(key)
+        if est is None:
+            return 0.0, 1.0
+        n = est.evidence(now, self.half_life_s)
+        return n / (n + self.prior_weight), 1.0 + est.value
 
     def blend(self, kind: str, temperature: float, prior_e: float, now: float) -> tuple[float, float]:
         """(E blended with what was learned, evidence weight of the learned part 0..1)."""
-        est = self._est.get(self._key(kind, temperature))
-        if est is None:
-            return prior_e, 0.0
-        n = est.evidence(now, self.half_life_s)
-        w = n / (n + self.prior_weight)
-        return (1.0 - w) * prior_e + w * (1.0 + est.value), w
+        w, learned = self.learned(self.key(kind, temperature), now)
+        return (1.0 - w) * prior_e + w * learned, w
 
     def snapshot(self, now: float) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}

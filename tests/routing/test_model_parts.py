@@ -9,6 +9,7 @@ import pytest
 from gateway.physics import get_profile
 from gateway.routing.acceptance import KindLearner, ngram_prior, tokens_per_step
 from gateway.routing.adaptive.costmodel import regime_costs
+from gateway.routing.adaptive.mix import MixEntry, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
 from gateway.routing.steptime import TableStepModel, get_step_model
 
@@ -114,6 +115,44 @@ def test_mode_evidence_decays_while_the_prediction_is_back_on_its_side() -> None
     assert m.update(0.0, 5.25, evidence=0.6)  # 0.25 s × 1.0 below the edge: not yet
     assert not m.update(0.0, 5.5, evidence=0.4)  # 0.5 of evidence ≥ 0.4: flipped
     assert m.flips == 1 and m.against == 0.0
+
+
+def test_a_flip_waits_for_a_cheap_moment_but_not_forever() -> None:
+    """Evidence enough to flip while the old engine runs a burst: the flip waits (its drain
+    would slow more requests than usual), up to twice the evidence."""
+    m = ModeTracker(margin=0.05, band=0.05, evidence=0.5)
+    m.update(2.0, 0.0)
+    m.update(0.5, 1.0)
+    assert m.update(0.5, 2.0, cheap=False)  # 0.5 of evidence, but a burst: still speculating
+    assert m.update(0.5, 2.5, cheap=False)  # 0.75
+    assert not m.update(0.5, 3.0, cheap=True)  # a cheap moment: flipped
+    m.update(2.0, 4.0)
+    flipped_at = next(t for t in (4.5, 5.0, 5.5, 6.0, 6.5) if m.update(2.0, t, cheap=False))
+    # 0.9 a second beyond the band's edge (1.1): twice the 0.5 is reached by 5.5, with no
+    # cheap moment (a cheap one would have flipped at 4.6)
+    assert flipped_at == 5.5
+
+
+def test_the_mix_is_priced_with_what_is_known_now() -> None:
+    """Requests already in the window are re-priced when their class is learned: a shift
+    to an unseen temperature is not priced on the stale prior for a whole window."""
+    mix = TrafficMix(window_s=10.0, min_requests=4)
+    for i in range(6):
+        mix.add(MixEntry(float(i), ("edit", 3), prior_tokens_per_step=3.0, prior_verified=2.0))
+    learned = {"e": 3.0}
+
+    def price(m: MixEntry) -> tuple[float, float]:
+        return learned["e"], m.prior_verified
+
+    before = mix.priced(price, 1.0, knowledge=0)
+    assert before.mean_inverse_tokens_per_step == pytest.approx(1 / 3) and before.mean_verified == 2.0
+    learned["e"] = 1.2  # answers of the class come back: E is 1.2, not 3
+    assert mix.priced(price, 1.0, knowledge=0) == before  # memoised while knowledge holds
+    after = mix.priced(price, 1.0, knowledge=1)
+    assert after.mean_inverse_tokens_per_step == pytest.approx(1 / 1.2)
+    halved = mix.priced(price, 0.5, knowledge=1)  # live ratio: E = 1 + (E - 1) · 0.5
+    assert halved.mean_inverse_tokens_per_step == pytest.approx(1 / 1.1)
+    assert TrafficMix(10.0, 4).priced(price, 1.0, 0).mean_verified is None
 
 
 def test_prober_share_and_interval() -> None:

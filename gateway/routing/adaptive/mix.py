@@ -1,15 +1,21 @@
 """The traffic mix the two regimes are priced on: the requests of the last seconds.
 
-Each eligible request adds what the policy learned of its class (tokens per speculative
-step E before the live correction, tokens verified per spec step). The
-regimes are compared on this recent traffic, not on the one request at hand: the pair
-serves all of it in one regime. The window holds the requests of the last ``window_s``
-seconds but at least ``min_requests`` of the most recent (and at most ``MAX_REQUESTS``).
+The pair serves all of its recent traffic in one regime, so the regimes are compared on
+that traffic, not on the one request at hand. The window holds the requests of the last
+``window_s`` seconds but at least ``min_requests`` of the most recent (and at most
+``MAX_REQUESTS``).
+
+Each entry records *what* arrived (its class: kind and temperature, and its prior), not
+what was believed of it on arrival: the mix is priced with what the policy knows now
+(:meth:`TrafficMix.priced`). When traffic moves to a temperature or class never seen
+before, the first answers correct the estimate of every request of that class still in
+the window, instead of the stale guess lingering for a whole window.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 MAX_REQUESTS = 128
@@ -18,8 +24,19 @@ MAX_REQUESTS = 128
 @dataclass(frozen=True, slots=True)
 class MixEntry:
     at: float
-    tokens_per_step: float  # learned E of the request's class, before the live correction
-    verified: float  # tokens a spec step verifies for it (1 + drafts)
+    klass: tuple[str, int]  # (kind, temperature bucket): what is learned per class
+    prior_tokens_per_step: float  # E the prior predicts for the request (from its features)
+    prior_verified: float  # tokens a spec step would verify for it, as the prior predicts
+
+
+# (entry) -> (E before the live correction, tokens a spec step verifies for it)
+Pricer = Callable[[MixEntry], tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class MixPrice:
+    mean_inverse_tokens_per_step: float  # mean 1/E, each E live-corrected: 1 + (E − 1)·ratio
+    mean_verified: float | None  # mean tokens verified per sequence and step (None: no traffic)
 
 
 @dataclass
@@ -27,9 +44,8 @@ class TrafficMix:
     window_s: float
     min_requests: int
     entries: deque[MixEntry] = field(default_factory=deque)
-    _verified_sum: float = 0.0
     _version: int = 0
-    _inv_cache: tuple[int, float, float] | None = None  # (version, live ratio, mean 1/E)
+    _cache: tuple[int, Hashable, MixPrice] | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -37,25 +53,26 @@ class TrafficMix:
     def add(self, entry: MixEntry) -> None:
         mix = self.entries
         mix.append(entry)
-        self._verified_sum += entry.verified
         lo, oldest = self.min_requests, entry.at - self.window_s
         while len(mix) > MAX_REQUESTS or (len(mix) > lo and mix[0].at < oldest):
-            self._verified_sum -= mix.popleft().verified
+            mix.popleft()
         self._version += 1
 
-    def mean_inverse_tokens_per_step(self, live_ratio: float) -> float:
-        """Mean 1/E of the recent traffic, each E corrected by the live acceptance ratio
-        (1 + (E - 1) · ratio); 1 with no traffic. Memoised per (mix, ratio)."""
-        if not self.entries:
-            return 1.0
-        c = self._inv_cache
-        if c is not None and c[0] == self._version and c[1] == live_ratio:
+    def priced(self, price: Pricer, live_ratio: float, knowledge: Hashable) -> MixPrice:
+        """The mix priced entry by entry by ``price``; memoised until the mix, the live ratio
+        or ``knowledge`` (a token that changes whenever ``price`` would) changes."""
+        c = self._cache
+        if c is not None and c[0] == self._version and c[1] == (live_ratio, knowledge):
             return c[2]
-        r = live_ratio
-        inv = sum(1.0 / (1.0 + (m.tokens_per_step - 1.0) * r) for m in self.entries) / len(self.entries)
-        self._inv_cache = (self._version, r, inv)
-        return inv
-
-    def mean_verified(self) -> float | None:
-        """Mean tokens a spec step verifies per sequence (None with no traffic)."""
-        return self._verified_sum / len(self.entries) if self.entries else None
+        if not self.entries:
+            out = MixPrice(1.0, None)
+        else:
+            inv = verified = 0.0
+            for m in self.entries:
+                e, q = price(m)
+                inv += 1.0 / (1.0 + (e - 1.0) * live_ratio)
+                verified += q
+            n = len(self.entries)
+            out = MixPrice(inv / n, verified / n)
+        self._cache = (self._version, (live_ratio, knowledge), out)
+        return out

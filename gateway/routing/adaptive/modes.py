@@ -45,9 +45,13 @@ class ModeTracker:
         """Fallback flips back to speculating above this."""
         return 1.0 + self.margin + self.band
 
-    def update(self, speedup: float, now: float, evidence: float | None = None) -> bool:
+    def update(
+        self, speedup: float, now: float, evidence: float | None = None, *, cheap: bool = True
+    ) -> bool:
         """Feed one predicted speed-up; returns whether the model is speculating.
-        ``evidence`` overrides the flip threshold for this update."""
+        ``evidence`` overrides the flip threshold for this update. ``cheap``: whether a flip
+        now would be cheap (its drain no longer than usual); when it would not be, the flip
+        waits for a cheaper moment until the evidence reaches twice the threshold."""
         if self.last is None:
             self.last = speedup
             self.speculating = speedup > 1.0 + self.margin  # no history: the predicted regime
@@ -58,7 +62,8 @@ class ModeTracker:
         excess = self.lower - self.last if self.speculating else self.last - self.upper
         self.against = max(0.0, self.against + excess * dt)
         self.last, self.last_update = speedup, now
-        if self.against >= (self.evidence if evidence is None else evidence):
+        need = self.evidence if evidence is None else evidence
+        if self.against >= need and (cheap or self.against >= 2.0 * need):
             self.speculating = not self.speculating
             self.last_flip = now
             self.flips += 1

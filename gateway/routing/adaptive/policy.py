@@ -19,9 +19,10 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 4. the model's mode (:mod:`gateway.routing.adaptive.modes`): *speculating* sends traffic to spec,
    *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
    beyond ``1 + margin ± hysteresis``, integrated over
-   time, pays for one drain (``switch_evidence`` × the mean request duration); after a
-   flip new requests still join the old engine until it idles, for at most one request
-   duration (the handover).
+   time, pays for one drain (``switch_evidence`` × the mean request duration), at a moment
+   the old engine runs no more requests than arrivals usually find (or once the evidence
+   is twice that); after a flip new requests still join the old engine until it idles, for
+   at most one request duration (the handover).
 
 On a quiet pair (arrivals find at most ~1.5 requests in flight) the pair idles between
 requests: one that finds it idle takes the engine fastest for itself, one that finds one
@@ -43,7 +44,7 @@ from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_pe
 from gateway.routing.adaptive.calibration import LatencyBias
 from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
-from gateway.routing.adaptive.mix import MixEntry, TrafficMix
+from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
 from gateway.routing.config import RoutingConfig
 from gateway.routing.overlap import KINDS
@@ -126,11 +127,9 @@ class AdaptivePolicy:
         prior_e, p_draft = self._prior(features)
         blended, evidence = self.learner.blend(kind, features.temperature, prior_e, now)
         e = self._corrected(blended)
-        if self.method in NGRAM_METHODS:
-            q, _ = self.draft_learner.blend(kind, features.temperature, 1.0 + p_draft * self.k, now)
-        else:
-            q = float(self.k + 1)
-        self.mix.add(MixEntry(now, blended, q))
+        prior_q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
+        q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
+        self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
         in_flight = engine_load(spec) + engine_load(base)
         self._loads.append((now, in_flight))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
@@ -139,7 +138,12 @@ class AdaptivePolicy:
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
-        speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s)
+        # A flip leaves the old engine's requests running beside the new one's: flip when the
+        # old engine runs no more than arrivals usually find (not on a burst), which keeps
+        # the drain, and the requests it slows, to the usual.
+        old = spec if self.mode.speculating else base
+        cheap = engine_load(old) <= max(1.0, self._busy)
+        speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s, cheap=cheap)
         no_data = evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.mode.margin
 
@@ -167,7 +171,7 @@ class AdaptivePolicy:
                 else (Reason.PREDICTED_FASTER if speedup > threshold else Reason.HYSTERESIS)
             )
         elif (
-            self._probe_candidate(features, blended)
+            self._probe_candidate(features, blended, pair)
             and self._recovery_would_flip(load)
             and self.prober.should_probe(now)
         ):
@@ -259,11 +263,14 @@ class AdaptivePolicy:
             return False
         return True
 
-    def _probe_candidate(self, f: RequestFeatures, blended: float) -> bool:
+    def _probe_candidate(self, f: RequestFeatures, blended: float, pair: PairView) -> bool:
         """Probes wake the spec engine, which slows every request on the device while they
-        run: use short requests that would show whether speculation pays."""
+        run (each cycle steps both engines): probe only when the plain engine is idle, so
+        that the probe splits the pair with nobody but later arrivals, and with short
+        requests that would show whether speculation pays. At 2 QPS, probing whatever
+        request came every 30 s cost 2 % of the whole run's time per token."""
         short = f.max_tokens is not None and f.max_tokens <= self.cfg.probe_max_tokens
-        return short and blended >= _PROBE_MIN_E
+        return short and blended >= _PROBE_MIN_E and pair.base.inflight == 0
 
     def _recovery_would_flip(self, load: float) -> bool:
         """Whether fully recovered acceptance would bring the model back to speculating.
@@ -293,12 +300,32 @@ class AdaptivePolicy:
             return override, 1.0
         return prior_tokens_per_step(self.method, f.overlap, f.temperature, self.k), 1.0
 
+    def _mix_price(self) -> MixPrice:
+        """The recent traffic priced with what is known now (:mod:`.mix`): per class, the
+        learned E and verified tokens blended with each request's prior."""
+        now = self.live.last_update
+        learned: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+        ngram = self.method in NGRAM_METHODS
+
+        def price(m: MixEntry) -> tuple[float, float]:
+            c = learned.get(m.klass)
+            if c is None:
+                c = learned[m.klass] = (
+                    *self.learner.learned(m.klass, now),
+                    *(self.draft_learner.learned(m.klass, now) if ngram else (0.0, 1.0)),
+                )
+            w, e, wq, q = c
+            return (1.0 - w) * m.prior_tokens_per_step + w * e, (1.0 - wq) * m.prior_verified + wq * q
+
+        knowledge = (self.learner.version, self.draft_learner.version, ngram)
+        return self.mix.priced(price, self.live.ratio, knowledge)
+
     def _inv_e_mix(self) -> float:
-        return self.mix.mean_inverse_tokens_per_step(self.live.ratio)
+        return self._mix_price().mean_inverse_tokens_per_step
 
     def _q_mix(self) -> float:
         """Mean tokens a spec step verifies per sequence for the recent traffic (1 + drafts)."""
-        q = self.mix.mean_verified()
+        q = self._mix_price().mean_verified
         q = float(self.k + 1) if q is None else q
         return 1.0 + (q - 1.0) * self.live.q_ratio
 

@@ -193,6 +193,7 @@ def test_acceptance_collapse_falls_back_then_recovers_through_probes() -> None:
     healthy = view(with_(SPEC, inflight=64, tokens_per_step=2.2))
     collapsed = view(with_(SPEC, inflight=64, tokens_per_step=1.05))
     idle_spec = view(with_(SPEC, inflight=0), with_(BASE, inflight=64))  # nothing measured on spec
+    idle_pair = view(with_(SPEC, inflight=0), with_(BASE, inflight=0))  # the plain engine idles
     before = run(p, EDIT, healthy, 0.0, 20.0)
     assert all(r is Route.SPEC for _, r, _ in before)
     during = run(p, EDIT, collapsed, 20.0, 50.0)
@@ -201,8 +202,16 @@ def test_acceptance_collapse_falls_back_then_recovers_through_probes() -> None:
     # to flip (within the 30 s a switch is allowed)
     assert first_base - 20.0 <= 25.0
     assert p.snapshot()["mode"] == "fallback"
-    # Nothing goes to spec now, so nothing is measured: probes keep a small share there.
-    quiet = run(p, EDIT, idle_spec, 50.0, 70.0)
+    # Nothing goes to spec now, so nothing is measured. A probe while the plain engine is
+    # busy would make its 64 requests pay both engines' steps: none is sent then.
+    busy = run(p, EDIT, idle_spec, 50.0, 60.0)
+    assert all(r is Route.BASE for _, r, _ in busy)
+    # When the plain engine idles, probes keep a small share on spec.
+    quiet = [
+        x
+        for t in range(60, 70)
+        for x in run(p, EDIT, idle_spec, t, t + 0.9) + run(p, EDIT, idle_pair, t + 0.9, t + 1.0)
+    ]
     probes = [t for t, _, why in quiet if why == "probe"]
     assert probes and len(probes) <= 0.1 * len(quiet)  # measured, but bounded
     assert all(r is Route.BASE or why == "probe" for _, r, why in quiet)

@@ -104,6 +104,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel (processes)")
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="gateway replicas in front of the pair, taking arrivals in turn, each with its own policy "
+        "(results.json then has each run's share of time the replicas' modes differed and both engines "
+        "ran requests)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -112,8 +120,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _point(cfg: SimConfig) -> dict[str, float | int | str]:
-    row = simulate(cfg).summary()
+    result = simulate(cfg)
+    row = result.summary()
     row["seed"] = cfg.seed
+    if cfg.replicas > 1:
+        row["replicas"] = cfg.replicas
+        row.update(result.replica_summary())
     return row
 
 
@@ -142,6 +154,7 @@ def _sim_config(
         routing=routing if policy == ADAPTIVE else {},
         phases=phases,
         warmup_s=args.warmup,
+        replicas=args.replicas,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
     )
 
@@ -154,6 +167,8 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--routing must be a JSON object")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
+        if not 1 <= args.replicas <= 64:
+            raise ValueError("--replicas must be 1..64")
     except ValueError as exc:
         print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ Every simulated second :class:`SimMonitor` takes the engine's cumulative counter
 numbers its ``/metrics`` page would show), feeds them to the same
 :class:`~gateway.engines.parse.MetricsWindow` the real scraper uses, and keeps the
 :class:`~gateway.routing.types.EngineStats` record. :meth:`view` hands it to the policy
-with the gateway's exact in-flight count.
+with a gateway replica's exact in-flight count.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ class SimMonitor:
     route: Route
     engine: Engine
     window_s: float = 10.0
-    inflight: int = 0
     tpot_sum: float = 0.0  # vllm:request_time_per_output_token_seconds (sum, count)
     tpot_count: int = 0
     itl: ItlObserver | None = None
@@ -85,14 +84,16 @@ class SimMonitor:
         )
         self.stats = self.window.add(now, sample)
 
-    def view(self) -> EngineView:
+    def view(self, inflight: int) -> EngineView:
+        """The engine as one gateway replica sees it: the shared scrape, and ``inflight``,
+        the requests that replica itself has on the engine."""
         s = self.stats
         spec = self.engine.spec
         return EngineView(
             name=self.name,
             route=self.route,
             stale=s is None,
-            inflight=self.inflight,
+            inflight=inflight,
             method=spec.method if spec else None,
             k=spec.k if spec else 0,
             stats=s if s is not None else UNKNOWN_STATS,

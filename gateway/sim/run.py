@@ -51,6 +51,9 @@ class SimConfig:
     # The dynamic-sd setup's num_speculative_tokens_per_batch_size: K=k up to batch 32, then
     # K=0 (plain decoding plus the measured overhead of the speculative machinery).
     dynamic_k: tuple[tuple[int, int, int], ...] = ((1, 32, 5), (33, 1 << 20, 0))
+    # Gateway replicas in front of the pair, each with its own policy, taking arrivals in
+    # turn (client-side round robin); they share only what the engines show (scrapes).
+    replicas: int = 1
 
 
 @dataclass
@@ -68,6 +71,7 @@ class RequestRecord:
     tpot_s: float | None = None
     finished_at: float | None = None
     steps: int = 0  # engine emissions that carried tokens
+    replica: int = 0  # which gateway replica routed it
 
 
 @dataclass
@@ -76,6 +80,20 @@ class SimResult:
     records: list[RequestRecord]
     policy_state: dict[str, object]
     sim_end: float
+    # Sampled every 0.1 s after the warm-up: (time, modes of the replicas (True:
+    # speculating; None for policies without a mode), spec running, base running).
+    samples: list[tuple[float, tuple[bool | None, ...], int, int]] = field(default_factory=list)
+
+    def replica_summary(self, warmup_s: float | None = None) -> dict[str, float]:
+        """How far the replicas agree: the share of samples where their modes differ and
+        the share of time both engines of the pair had requests running."""
+        w = self.config.warmup_s if warmup_s is None else warmup_s
+        xs = [x for x in self.samples if x[0] >= w]
+        if not xs:
+            return {"modes_differ": 0.0, "both_engines_busy": 0.0}
+        differ = sum(1 for _, m, _, _ in xs if len(set(m)) > 1)
+        both = sum(1 for _, _, s, b in xs if s > 0 and b > 0)
+        return {"modes_differ": differ / len(xs), "both_engines_busy": both / len(xs)}
 
     def summary(self, warmup_s: float | None = None) -> dict[str, float | int | str]:
         w = self.config.warmup_s if warmup_s is None else warmup_s
@@ -100,6 +118,9 @@ class SimResult:
             "spec_share": spec / n if n else 0.0,
             "probe_share": sum(1 for r in records if r.probe) / n if n else 0.0,
         }
+
+
+_SAMPLE_S = 0.1  # how often the replicas' modes and the engines' running counts are sampled
 
 
 def _mean(xs: list[float]) -> float:
@@ -150,7 +171,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     dynamic = cfg.policy == DYNAMIC_SD
     name = ALWAYS_SPEC if dynamic else cfg.policy
     rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
-    policy = build_policy(rcfg)
+    policies = [build_policy(rcfg) for _ in range(max(1, cfg.replicas))]
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
     if cfg.method in PROMPT_LOOKUP_METHODS:
         raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
@@ -171,6 +192,8 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         Route.SPEC: SimMonitor("spec", Route.SPEC, spec_eng, itl=obs_s),
         Route.BASE: SimMonitor("base", Route.BASE, base_eng, itl=obs_b),
     }
+    # requests in flight per (replica, engine): what each replica's gateway counts itself
+    own: dict[tuple[int, Route], int] = {(r, e): 0 for r in range(len(policies)) for e in Route}
     by_req: dict[int, tuple[RequestRecord, EngineRequest, ParsedRequest, Decision]] = {}
     records: list[RequestRecord] = []
 
@@ -206,7 +229,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             if n > 1 and req.finished_at is not None:
                 rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
         mon = mons[route]
-        mon.inflight -= 1
+        own[rec.replica, route] -= 1
         mon.finished(rec.tpot_s)
         summary = req.spec_summary() if route is Route.SPEC else None
         reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
@@ -226,16 +249,28 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         outcome = build_outcome(
             parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
         )
-        policy.observe(outcome, now)
+        policies[rec.replica].observe(outcome, now)
 
-    def route_one(t: float, wr: WorkloadRequest) -> None:
+    def route_one(t: float, wr: WorkloadRequest, replica: int) -> None:
         parsed = parse_workload(wr)
         feats = parsed.features
-        view = ModelView(MODEL, (PairView(mons[Route.SPEC].view(), mons[Route.BASE].view(), "gpu0"),))
-        d = policy.decide(feats, view, t)
+        pair = PairView(
+            mons[Route.SPEC].view(own[replica, Route.SPEC]),
+            mons[Route.BASE].view(own[replica, Route.BASE]),
+            "gpu0",
+        )
+        d = policies[replica].decide(feats, ModelView(MODEL, (pair,)), t)
         mon = mons[d.route]
         rec = RequestRecord(
-            t, wr.kind, wr.subkind, feats.kind, wr.temperature, d.route.value, d.reason, d.probe
+            t,
+            wr.kind,
+            wr.subkind,
+            feats.kind,
+            wr.temperature,
+            d.route.value,
+            d.reason,
+            d.probe,
+            replica=replica,
         )
         records.append(rec)
         eng = mon.engine
@@ -243,11 +278,12 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed
         )
         by_req[id(req)] = (rec, req, parsed, d)
-        mon.inflight += 1
+        own[replica, d.route] += 1
         on_events(device.submit(eng, req, t))
 
+    samples: list[tuple[float, tuple[bool | None, ...], int, int]] = []
     i = 0
-    next_scrape = 0.0
+    next_scrape = next_sample = 0.0
     end = (work[-1][0] if work else 0.0) + cfg.drain_s
     while True:
         t_arr = work[i][0] if i < len(work) else math.inf
@@ -255,15 +291,25 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         t_dev = math.inf if t_dev is None else t_dev
         if t_arr == math.inf and t_dev == math.inf:
             break
-        t = min(t_arr, t_dev, next_scrape)
+        t = min(t_arr, t_dev, next_scrape, next_sample)
         if t > end:
             break
         on_events(device.run_until(t))
+        if t >= next_sample:
+            modes = tuple(_speculating(p) for p in policies)
+            samples.append((t, modes, spec_eng.num_running, base_eng.num_running))
+            next_sample += _SAMPLE_S
         if t >= next_scrape:
             for m in mons.values():
                 m.scrape(t)
             next_scrape += 1.0
         if t >= t_arr:
-            route_one(t, work[i][1])
+            route_one(t, work[i][1], i % len(policies))
             i += 1
-    return SimResult(cfg, records, policy.snapshot(), device.t)
+    return SimResult(cfg, records, policies[0].snapshot(), device.t, samples)
+
+
+def _speculating(policy: object) -> bool | None:
+    mode = getattr(policy, "mode", None)
+    speculating = getattr(mode, "speculating", None)
+    return speculating if isinstance(speculating, bool) else None

@@ -87,3 +87,23 @@ def test_steps_count_the_emissions_that_carried_tokens() -> None:
     assert all(r.steps == r.output_tokens for r in base if r.finished_at is not None)
     done = [r for r in spec if r.finished_at is not None]
     assert done and sum(r.steps for r in done) < 0.8 * sum(r.output_tokens for r in done)
+
+
+def test_replicas_take_arrivals_in_turn_and_share_only_the_engines() -> None:
+    """Gateway replicas in front of one pair (client-side round robin): each routes every
+    other arrival with its own policy and its own in-flight counts; the replicas' modes and
+    the engines' running counts are sampled, so a split of the pair shows."""
+    one = simulate(SimConfig(qps=4, policy="adaptive", duration_s=20, warmup_s=0, seed=3))
+    two = simulate(SimConfig(qps=4, policy="adaptive", duration_s=20, warmup_s=0, seed=3, replicas=2))
+    assert [r.replica for r in two.records[:6]] == [0, 1, 0, 1, 0, 1]
+    assert {r.replica for r in one.records} == {0}
+    assert all(len(modes) == 2 for _, modes, _, _ in two.samples)
+    assert one.replica_summary()["modes_differ"] == 0.0
+    for result in (one, two):
+        share = result.replica_summary()["both_engines_busy"]
+        both = [1 for _, _, s, b in result.samples if s and b]
+        assert share == len(both) / len(result.samples)
+    # a static policy has no mode to differ in, and one regime cannot split the pair
+    spec = simulate(SimConfig(qps=4, policy="always-spec", duration_s=10, warmup_s=0, replicas=3))
+    assert {r.replica for r in spec.records} == {0, 1, 2} and spec.summary()["spec_share"] == 1.0
+    assert spec.replica_summary() == {"modes_differ": 0.0, "both_engines_busy": 0.0}

@@ -34,6 +34,7 @@ class ModeTracker:
     last_flip: float = -math.inf
     flips: int = 0
     against: float = 0.0  # accumulated evidence against the current mode
+    premium: float = 0.0  # extra speed-up speculation must clear, beyond margin and band
 
     @property
     def lower(self) -> float:
@@ -43,7 +44,7 @@ class ModeTracker:
     @property
     def upper(self) -> float:
         """Fallback flips back to speculating above this."""
-        return 1.0 + self.margin + self.band
+        return 1.0 + self.margin + self.band + self.premium
 
     def update(
         self, speedup: float, now: float, evidence: float | None = None, *, cheap: bool = True
@@ -54,7 +55,7 @@ class ModeTracker:
         waits for a cheaper moment until the evidence reaches twice the threshold."""
         if self.last is None:
             self.last = speedup
-            self.speculating = speedup > 1.0 + self.margin  # no history: the predicted regime
+            self.speculating = speedup > 1.0 + self.margin + self.premium  # no history: as predicted
             self.last_update = now
             return self.speculating
         # The previous prediction held since the last update: integrate its excess.

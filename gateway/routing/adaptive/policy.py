@@ -28,6 +28,11 @@ On a quiet pair (arrivals find at most ~1.5 requests in flight) the pair idles b
 requests: one that finds it idle takes the engine fastest for itself, one that finds one
 engine running joins it, and the mode follows what the device runs.
 
+Gateway replicas in front of the same pair agree through the engines: what the scrapes
+show beyond a replica's own requests is the others' regime (:mod:`.shared`). On such a
+shared pair requests follow the regime, not the request, spec needs a doubled premium, and
+a replica speculating while the others stay on plain comes back.
+
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
 regime (see :mod:`gateway.routing.adaptive.costmodel`). Reasons are
@@ -46,6 +51,7 @@ from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
 from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
+from gateway.routing.adaptive.shared import DeviceView, SharedPair
 from gateway.routing.config import RoutingConfig
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -109,6 +115,7 @@ class AdaptivePolicy:
         self._busy = 0.0  # mean requests in flight that arrivals find
         # (time, requests in flight) at each decision, for as long as a request may live
         self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
+        self.shared = SharedPair()  # other gateway replicas' requests on the same pair
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -131,6 +138,9 @@ class AdaptivePolicy:
         q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
         self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
         in_flight = engine_load(spec) + engine_load(base)
+        device = self.shared.view(spec, base, now)
+        shared = self.shared.shared(now)
+        self.mode.premium = self.mode.margin if shared else 0.0
         self._loads.append((now, in_flight))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
             self._loads.popleft()
@@ -143,7 +153,16 @@ class AdaptivePolicy:
         # the drain, and the requests it slows, to the usual.
         old = spec if self.mode.speculating else base
         cheap = engine_load(old) <= max(1.0, self._busy)
+        was = self.mode.speculating
         speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s, cheap=cheap)
+        # a pair shared with other replicas: no try at spec during a back-off, and back to
+        # plain when the others stay there (adaptive.shared)
+        tried_early = speculating and not was and now < self.shared.blocked_until
+        if tried_early or self.shared.back_to_plain(
+            device, speculating=speculating, duration_s=self._duration_s, now=now
+        ):
+            self.mode.follow(False)
+            speculating = False
         no_data = evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.mode.margin
 
@@ -152,9 +171,10 @@ class AdaptivePolicy:
         decode_ms = (costs.spec_ms - costs.shared_ms) / self._inv_e_mix() / e
         own_spec_ms = decode_ms + costs.shared_ms  # this request's, on spec
         own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
-        if self._quiet_pair(in_flight) and not (spec.inflight and base.inflight):
-            if spec.inflight or base.inflight:  # one engine running: join it
-                route = Route.SPEC if spec.inflight else Route.BASE
+        quiet = self._quiet_pair(in_flight) and not shared
+        if quiet and not device.split:
+            if device.runs_spec or device.runs_base:  # one engine running: join it
+                route = Route.SPEC if device.runs_spec else Route.BASE
                 reason = Reason.JOIN_RUNNING
             else:  # both idle: the engine fastest for this request
                 route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
@@ -171,7 +191,7 @@ class AdaptivePolicy:
                 else (Reason.PREDICTED_FASTER if speedup > threshold else Reason.HYSTERESIS)
             )
         elif (
-            self._probe_candidate(features, blended, pair)
+            self._probe_candidate(features, blended, device)
             and self._recovery_would_flip(load)
             and self.prober.should_probe(now)
         ):
@@ -187,13 +207,14 @@ class AdaptivePolicy:
                 reason = Reason.PRIOR if no_data else Reason.LOW_ACCEPTANCE
         if route is Route.SPEC:
             self.live.track_expected(now, blended, p_draft, q)
+        self.shared.record(now, spec, base, route)
         # What the model alone predicts for this request on its engine, for the bias to learn
         # from; only when the request will have the device to its engine (no probe, the
         # other engine idle) and will not queue (a saturated engine's time per token is
         # its prefill and queue at work, which would weigh on either engine alike).
-        other, chosen = (base, spec) if route is Route.SPEC else (spec, base)
+        other_runs, chosen = (device.runs_base, spec) if route is Route.SPEC else (device.runs_spec, base)
         predicted: float | None = None
-        if not probe and other.inflight == 0 and not (chosen.stats.waiting or 0.0) > 0:
+        if not probe and not other_runs and not (chosen.stats.waiting or 0.0) > 0:
             ms = costs.base_ms
             if route is Route.SPEC:  # the model's own prediction
                 ms = decode_ms / self.bias.factor(Route.SPEC, now) + costs.shared_ms
@@ -263,14 +284,14 @@ class AdaptivePolicy:
             return False
         return True
 
-    def _probe_candidate(self, f: RequestFeatures, blended: float, pair: PairView) -> bool:
+    def _probe_candidate(self, f: RequestFeatures, blended: float, device: DeviceView) -> bool:
         """Probes wake the spec engine, which slows every request on the device while they
         run (each cycle steps both engines): probe only when the plain engine is idle, so
         that the probe splits the pair with nobody but later arrivals, and with short
         requests that would show whether speculation pays. At 2 QPS, probing whatever
         request came every 30 s cost 2 % of the whole run's time per token."""
         short = f.max_tokens is not None and f.max_tokens <= self.cfg.probe_max_tokens
-        return short and blended >= _PROBE_MIN_E and pair.base.inflight == 0
+        return short and blended >= _PROBE_MIN_E and not device.runs_base
 
     def _recovery_would_flip(self, load: float) -> bool:
         """Whether fully recovered acceptance would bring the model back to speculating.

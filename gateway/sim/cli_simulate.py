@@ -106,10 +106,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replicas",
         type=int,
-        default=1,
-        help="gateway replicas in front of the pair, taking arrivals in turn, each with its own policy "
-        "(results.json then has each run's share of time the replicas' modes differed and both engines "
-        "ran requests)",
+        default=None,
+        help="gateway replicas in front of the pair (default 1), taking arrivals in turn, each with its own "
+        "policy; when given, results.json has each run's share of time the replicas' modes differed and "
+        "both engines ran requests",
     )
     parser.add_argument(
         "--out",
@@ -123,7 +123,7 @@ def _point(cfg: SimConfig) -> dict[str, float | int | str]:
     result = simulate(cfg)
     row = result.summary()
     row["seed"] = cfg.seed
-    if cfg.replicas > 1:
+    if cfg.replicas_reported:
         row["replicas"] = cfg.replicas
         row.update(result.replica_summary())
     return row
@@ -154,7 +154,8 @@ def _sim_config(
         routing=routing if policy == ADAPTIVE else {},
         phases=phases,
         warmup_s=args.warmup,
-        replicas=args.replicas,
+        replicas=args.replicas or 1,
+        replicas_reported=args.replicas is not None,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
     )
 
@@ -167,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--routing must be a JSON object")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
-        if not 1 <= args.replicas <= 64:
+        if args.replicas is not None and not 1 <= args.replicas <= 64:
             raise ValueError("--replicas must be 1..64")
     except ValueError as exc:
         print(f"specgate simulate: {exc}", file=sys.stderr)

@@ -54,6 +54,7 @@ class SimConfig:
     # Gateway replicas in front of the pair, each with its own policy, taking arrivals in
     # turn (client-side round robin); they share only what the engines show (scrapes).
     replicas: int = 1
+    replicas_reported: bool = False  # whether summaries carry the replicas' agreement
 
 
 @dataclass

@@ -121,6 +121,7 @@ class AdaptivePolicy:
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
         pre = apply_hard_rules(features, view)
         if pre.decision is not None:
+            self.shared.record(now, pre.pair.spec, pre.pair.base, pre.decision.route)
             return self._record(features, pre.decision, now, None)
         pair = pre.pair
         spec, base = pair.spec, pair.base

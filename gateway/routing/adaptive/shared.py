@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Reversible
 from dataclasses import dataclass
 
 from gateway.routing.types import EngineView, Route
@@ -52,8 +53,9 @@ class DeviceView:
 
 class SharedPair:
     def __init__(self) -> None:
-        # (time, this replica's requests on spec, on base) after each decision
-        self._own: deque[tuple[float, int, int]] = deque(maxlen=4096)
+        # per pair (its engines' names): (time, this replica's requests on spec, on base)
+        # after each decision
+        self._own: dict[tuple[str, str], deque[tuple[float, int, int]]] = {}
         self._shared_until = -math.inf
         self._alone_since = math.inf  # speculating while others run plain, since
         self._held_since = math.inf  # speculating with nobody on plain, since
@@ -61,7 +63,8 @@ class SharedPair:
         self.blocked_until = -math.inf  # no try at spec before this (after a failed one)
 
     def view(self, spec: EngineView, base: EngineView, now: float) -> DeviceView:
-        fs, fb = self._foreign(spec), self._foreign(base)
+        own = self._own.get((spec.name, base.name), ())
+        fs, fb = _foreign(spec, own), _foreign(base, own)
         if max(fs, fb) >= 1.0:
             self._shared_until = now + _SHARED_HOLD_S
         return DeviceView(fs, fb, spec.inflight > 0 or fs >= 1.0, base.inflight > 0 or fb >= 1.0)
@@ -72,9 +75,10 @@ class SharedPair:
 
     def record(self, now: float, spec: EngineView, base: EngineView, route: Route) -> None:
         """This replica's counts once the request is sent."""
-        self._own.append((now, spec.inflight + (route is Route.SPEC), base.inflight + (route is Route.BASE)))
-        while self._own and self._own[0][0] < now - _OWN_HORIZON_S:
-            self._own.popleft()
+        own = self._own.setdefault((spec.name, base.name), deque(maxlen=4096))
+        own.append((now, spec.inflight + (route is Route.SPEC), base.inflight + (route is Route.BASE)))
+        while own and own[0][0] < now - _OWN_HORIZON_S:
+            own.popleft()
 
     def back_to_plain(self, device: DeviceView, *, speculating: bool, duration_s: float, now: float) -> bool:
         """Whether a speculating replica gives up on spec: others have run plain for longer
@@ -98,18 +102,19 @@ class SharedPair:
         self._backoff = min(_BACKOFF_S[1], 2.0 * self._backoff)
         return True
 
-    def _foreign(self, e: EngineView) -> float:
-        """Requests on an engine that are not this replica's, as of its last scrape. This
-        replica's own count at the scrape is bounded by the most it had there since the
-        decision before the scrape, so its requests that finished since are not read as
-        someone else's."""
-        st = e.stats
-        if e.stale or st.running is None:
-            return 0.0
-        col = 1 if e.route is Route.SPEC else 2
-        mine = float(e.inflight)
-        for rec in reversed(self._own):
-            mine = max(mine, float(rec[col]))
-            if rec[0] <= st.at:
-                break
-        return st.running + (st.waiting or 0.0) - mine
+
+def _foreign(e: EngineView, own: Reversible[tuple[float, int, int]]) -> float:
+    """Requests on an engine that are not this replica's, as of its last scrape. This
+    replica's own count at the scrape is bounded by the most it had there since the
+    decision before the scrape, so its requests that finished since are not read as
+    someone else's."""
+    st = e.stats
+    if e.stale or st.running is None:
+        return 0.0
+    col = 1 if e.route is Route.SPEC else 2
+    mine = float(e.inflight)
+    for rec in reversed(own):
+        mine = max(mine, float(rec[col]))
+        if rec[0] <= st.at:
+            break
+    return st.running + (st.waiting or 0.0) - mine

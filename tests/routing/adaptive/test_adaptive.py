@@ -497,3 +497,21 @@ def test_only_clean_measurements_carry_a_prediction() -> None:
     # and an outcome without one leaves the bias alone
     p.observe(_outcome(Route.SPEC, 1.0, None), t + 0.2)
     assert p.snapshot()["measured_vs_model"]["spec"]["samples"] == 0  # type: ignore[index]
+
+
+def test_requests_the_hard_rules_route_are_this_replicas_own_not_anothers() -> None:
+    """A request the hard rules send to plain (min_p) is this replica's: when the next
+    scrape still shows it running after it finished, that is not another replica's load,
+    and a lone gateway keeps routing a quiet pair request by request."""
+    p = policy()
+    refused = replace(EDIT, refused_params=("min_p",))
+    assert p.decide(refused, view(base=with_(BASE, inflight=0)), 10.0).route is Route.BASE
+    # it finished by t=10.5; the scrape taken at t=10.2 still shows it running
+    later = view(with_(SPEC, running=0.0, at=10.2), with_(BASE, inflight=0, running=1.0, at=10.2))
+    d = p.decide(EDIT, later, 10.5)
+    assert not p.shared.shared(10.5)
+    assert d.reason in {Reason.IDLE_PAIR, Reason.PRIOR}  # the pair is idle: the request chooses
+    # another replica's request on plain, by contrast, makes the pair shared
+    other = view(with_(SPEC, running=0.0, at=11.0), with_(BASE, inflight=0, running=1.0, at=11.0))
+    p.decide(EDIT, other, 12.0)
+    assert p.shared.shared(12.0)

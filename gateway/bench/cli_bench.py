@@ -75,6 +75,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="--scenario: phases last this many times as long (e.g. 0.25 for 60-s phases of 240)",
     )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="--scenario: gateway replicas in front of the pair, taking requests in turn (client-side round "
+        "robin); the report adds how often their modes differed and both engines ran requests",
+    )
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
@@ -129,9 +136,9 @@ async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float
         logdir=logdir,
         tag=f"{policy}-q{qps:g}",
     )
-    async with stack as gw_url:
+    async with stack as st:
         return await run_point(
-            gw_url,
+            st.gateways[0],
             "qwen3-8b",
             qps,
             duration_s=window_s(args, qps),
@@ -331,6 +338,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: --scenario runs {', '.join(scenario_bench.POLICIES)}", file=sys.stderr)
             return 2
         return scenario_bench.run(args, policies)
+    if args.replicas != 1:
+        print("error: --replicas needs --scenario", file=sys.stderr)
+        return 2
     try:
         policies, points, fixed_scale = _validate(args)
     except ValueError as exc:

@@ -11,6 +11,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -179,32 +180,49 @@ class Proc:
 
 @asynccontextmanager
 async def running_stack(
-    emu: Proc, gw: Proc, spec_port: int, base_port: int, gw_port: int
-) -> AsyncIterator[str]:
+    emu: Proc, gws: Sequence[Proc], spec_port: int, base_port: int, gw_ports: Sequence[int]
+) -> AsyncIterator[list[str]]:
     """Start the emulated pair ``emu`` (its engines on ``spec_port``/``base_port``), then the
-    gateway ``gw`` on ``gw_port``, each once it is healthy/ready; yield the gateway's base
-    URL; stop the gateway, then the emulator."""
+    gateways ``gws`` on ``gw_ports``, each once it is healthy/ready; yield the gateways' base
+    URLs; stop the gateways, then the emulator."""
     try:
         await emu.start()
         await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
         await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
-        await gw.start()
-        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
-        yield f"http://127.0.0.1:{gw_port}"
+        for gw, port in zip(gws, gw_ports, strict=True):
+            await gw.start()
+            await gw.wait_ready(f"http://127.0.0.1:{port}/ready")
+        yield [f"http://127.0.0.1:{port}" for port in gw_ports]
     finally:
-        await gw.stop()
+        for gw in gws:
+            await gw.stop()
         await emu.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    gateways: list[str]  # base URLs of the gateway replicas
+    engines: list[str]  # base URLs of the emulated spec and plain engines
 
 
 @asynccontextmanager
 async def policy_stack(
-    policy: str, *, scale: float, profile: str, max_num_seqs: int, seed: int, logdir: str, tag: str
-) -> AsyncIterator[str]:
+    policy: str,
+    *,
+    scale: float,
+    profile: str,
+    max_num_seqs: int,
+    seed: int,
+    logdir: str,
+    tag: str,
+    replicas: int = 1,
+) -> AsyncIterator[Stack]:
     """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second)
-    and a gateway routing with ``policy`` in front of it, logs and config under ``logdir``
-    named by ``tag``; yields the gateway's base URL once a couple of scrapes have run, so
+    and ``replicas`` gateways routing with ``policy`` in front of it, logs and configs under
+    ``logdir`` named by ``tag``; yields their URLs once a couple of scrapes have run, so
     that the policy sees both engines."""
-    spec_port, base_port, gw_port = free_port(), free_port(), free_port()
+    spec_port, base_port = free_port(), free_port()
+    gw_ports = [free_port() for _ in range(replicas)]
     emu = Proc(
         "emulator",
         ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
@@ -212,14 +230,19 @@ async def policy_stack(
          "--max-num-seqs", str(max_num_seqs), "--seed", str(seed)],
         os.path.join(logdir, f"{tag}-emulator.log"),
     )  # fmt: skip
-    cfg_path = os.path.join(logdir, f"{tag}-gateway.yaml")
-    with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-        yaml.safe_dump(gateway_config(gw_port, spec_port, base_port, policy), fh)
-    gw = Proc(
-        "gateway",
-        ["serve", "--config", cfg_path, "--log-level", "WARNING"],
-        os.path.join(logdir, f"{tag}-gateway.log"),
-    )
-    async with running_stack(emu, gw, spec_port, base_port, gw_port) as gw_url:
+    gws = []
+    for i, port in enumerate(gw_ports):
+        name = tag if replicas == 1 else f"{tag}-{i}"
+        cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
+        with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+            yaml.safe_dump(gateway_config(port, spec_port, base_port, policy), fh)
+        gws.append(
+            Proc(
+                "gateway",
+                ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+                os.path.join(logdir, f"{name}-gateway.log"),
+            )
+        )
+    async with running_stack(emu, gws, spec_port, base_port, gw_ports) as urls:
         await asyncio.sleep(1.5)
-        yield gw_url
+        yield Stack(urls, [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"])

@@ -27,7 +27,8 @@ from typing import Any
 import aiohttp
 
 from gateway.bench.loadgen import stream_chat
-from gateway.bench.procs import policy_stack
+from gateway.bench.procs import Stack, policy_stack
+from gateway.bench.replicas import Sample, agreement, watch
 from gateway.bench.stats import RequestRecord
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
@@ -85,25 +86,40 @@ def sim_config(args: argparse.Namespace, sc: Scenario, policy: str) -> SimConfig
         max_tokens_cap=args.max_tokens_cap,
         phases=sc.phases,
         warmup_s=args.warmup,
+        replicas=args.replicas,
     )
 
 
 async def _send_all(
-    url: str, work: list[tuple[float, WorkloadRequest]], scale: float, drain_s: float
+    url: str | list[str],
+    work: list[tuple[float, WorkloadRequest]],
+    scale: float,
+    drain_s: float,
+    stack: Stack | None = None,
+    samples: list[Sample] | None = None,
 ) -> list[SocketRecord]:
+    """Send ``work`` at its times, in turn to each URL of ``url`` (client-side round robin
+    over gateway replicas); with ``stack`` and ``samples``, sample the replicas' modes and the
+    engines meanwhile (:mod:`gateway.bench.replicas`)."""
+    urls = [url] if isinstance(url, str) else url
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     conn = aiohttp.TCPConnector(limit=0)
     sent: list[tuple[float, RequestRecord, asyncio.Task[None]]] = []
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         t_origin = time.perf_counter()
-        for t, wr in work:
+        watcher = None
+        if stack is not None and samples is not None:
+            watcher = asyncio.create_task(
+                watch(session, stack.gateways, stack.engines, MODEL, samples, t_origin=t_origin, scale=scale)
+            )
+        for i, (t, wr) in enumerate(work):
             delay = t_origin + t * scale - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             rec = RequestRecord(0.0, wr.kind, wr.subkind, wr.temperature, False)
             extra = {"seed": wr.seed} if wr.seed is not None else None
             body = to_openai_body(wr, MODEL, extra=extra)
-            task = asyncio.create_task(stream_chat(session, url, body, rec, t_origin, scale))
+            task = asyncio.create_task(stream_chat(session, urls[i % len(urls)], body, rec, t_origin, scale))
             sent.append((t, rec, task))
         tasks = [task for _, _, task in sent]
         _, still = await asyncio.wait(tasks, timeout=drain_s * scale) if tasks else (set(), set())
@@ -112,11 +128,19 @@ async def _send_all(
         for task in still:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     return [to_record(t, rec) for t, rec, _ in sent]
 
 
 async def _run_policy(
-    args: argparse.Namespace, policy: str, work: list[tuple[float, WorkloadRequest]], logdir: str
+    args: argparse.Namespace,
+    policy: str,
+    work: list[tuple[float, WorkloadRequest]],
+    logdir: str,
+    samples: list[Sample],
 ) -> list[SocketRecord]:
     scale = 1.0  # real time: the gateway's routing keeps wall-clock time
     stack = policy_stack(
@@ -127,9 +151,11 @@ async def _run_policy(
         seed=args.seed,
         logdir=logdir,
         tag=policy,
+        replicas=args.replicas,
     )
-    async with stack as gw_url:
-        return await _send_all(gw_url + "/v1/chat/completions", work, scale, args.drain)
+    async with stack as st:
+        urls = [g + "/v1/chat/completions" for g in st.gateways]
+        return await _send_all(urls, work, scale, args.drain, st, samples)
 
 
 def compare(
@@ -171,6 +197,22 @@ def _comparison_md(cmp: dict[str, dict[str, float | None]]) -> str:
     return "\n".join(lines)
 
 
+def _replicas_md(n: int, agree: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = [
+        f"### {n} gateway replica(s), client-side round robin: agreement",
+        "",
+        "| policy | modes differ: bench / sim | both engines busy: bench / sim |",
+        "|---|---|---|",
+    ]
+    for p, v in agree.items():
+        b, s = v["bench"], v["sim"]
+        lines.append(
+            f"| {p} | {100 * b['modes_differ']:.1f} % / {100 * s['modes_differ']:.1f} % "
+            f"| {100 * b['both_engines_busy']:.1f} % / {100 * s['both_engines_busy']:.1f} % |"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace, policies: list[str]) -> int:
     try:
         sc = get_scenario(args.scenario).scaled(args.scenario_scale)
@@ -181,23 +223,31 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         print("error: a scenario runs the emulator in real time (--time-scale 1): the gateway's "
               "routing keeps wall-clock time; shorten it with --scenario-scale", file=sys.stderr)  # fmt: skip
         return 2
+    if not 1 <= args.replicas <= 8:
+        print("error: --replicas must be 1..8", file=sys.stderr)
+        return 2
     out = Path(args.out)
     logdir = out / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
     work = workload(args, sc)
     t_start = time.monotonic()
     recs: dict[str, list[SocketRecord]] = {}
+    watched: dict[str, list[Sample]] = {}
     for p in policies:
         t0 = time.monotonic()
-        recs[p] = asyncio.run(_run_policy(args, p, work, str(logdir)))
+        watched[p] = []
+        recs[p] = asyncio.run(_run_policy(args, p, work, str(logdir), watched[p]))
         ok = sum(1 for r in recs[p] if r.finished_at is not None)
         print(f"{p:>12}: {ok}/{len(work)} requests finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
     slo = an.Slo(tpot_ms=args.tpot_slo_ms, ttft_ms=args.ttft_slo_ms)
     t0 = min(args.warmup, sc.duration_s)
     bench = scenario_report.build(recs, t0=t0, t1=sc.duration_s, slo=slo)
-    sims = {p: simulate(sim_config(args, sc, p)).records for p in policies}
-    sim = scenario_report.build(sims, t0=t0, t1=sc.duration_s, slo=slo)
+    sim_runs = {p: simulate(sim_config(args, sc, p)) for p in policies}
+    sim = scenario_report.build({p: r.records for p, r in sim_runs.items()}, t0=t0, t1=sc.duration_s, slo=slo)
     cmp = compare(bench, sim, policies)
+    replicas = {
+        p: {"bench": agreement(watched[p], t0), "sim": sim_runs[p].replica_summary(t0)} for p in policies
+    }
     meta: dict[str, Any] = {
         "command": "specgate " + " ".join(sys.argv[1:]),
         "scenario": sc.name,
@@ -210,12 +260,14 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         "warmup_s": t0,
         "wall_s": round(time.monotonic() - t_start, 1),
         "vs_simulator": cmp,
+        "replicas": args.replicas,
+        "replica_agreement": replicas,
     }
     title = f"bench (real sockets) {sc.name}: {sc.description} (seed {args.seed})"
     md = scenario_report.write(bench, meta, out, title)
     scenario_report.plot(bench, recs.get("adaptive"), sc.phases, out / "results.png", title)
     head = "### Real sockets ÷ simulator (same scenario, requests and engine settings)\n\n"
-    cmp_md = head + _comparison_md(cmp)
+    cmp_md = head + _comparison_md(cmp) + "\n\n" + _replicas_md(args.replicas, replicas)
     with open(out / "results.md", "a", encoding="utf-8") as fh:
         fh.write("\n" + cmp_md + "\n")
     (out / "simulator.json").write_text(json.dumps(sim, indent=1, default=str), encoding="utf-8")

@@ -204,6 +204,8 @@ def test_scenario_comparison_is_bench_over_simulator() -> None:
         ["--scenario", "mix-shift", "--time-scale", "2"],
         ["--scenario", "mix-shift", "--policies", "temperature"],
         ["--scenario", "mix-shift", "--scenario-scale", "0"],
+        ["--scenario", "mix-shift", "--replicas", "9"],
+        ["--replicas", "2"],  # replicas are a scenario run's
     ],
 )
 def test_bad_scenario_arguments_are_refused(
@@ -213,3 +215,59 @@ def test_bad_scenario_arguments_are_refused(
     cli_bench.configure(p)
     assert cli_bench.main(p.parse_args([*argv, "--out", str(tmp_path)])) == 2
     assert "error:" in capsys.readouterr().err
+
+
+async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_are_sampled() -> None:
+    """Client-side round robin over gateway replicas, and the samples that show a split:
+    each replica's mode from GET /admin/state, each engine's running count from /metrics."""
+    from gateway.bench.procs import Stack
+    from gateway.bench.replicas import Sample
+    from gateway.sim.scenarios import Phase, scenario_requests
+
+    work = scenario_requests(
+        (Phase(0.6, 20.0, 20.0, "edit=1", "0"),), seed=3, mix=None, temperature="0", max_tokens_cap=8
+    )
+    assert len(work) >= 4
+    apps = [_fake_engine(tokens=3), _fake_engine(tokens=3)]
+    for app, mode in zip(apps, ("speculating", "fallback"), strict=True):
+        state = {"models": {scenario_bench.MODEL: {"policy_state": {"mode": mode}}}}
+
+        async def admin(_: web.Request, state: dict[str, object] = state) -> web.Response:
+            return web.json_response(state)
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(text='vllm:num_requests_running{model_name="m"} 2.0\n')
+
+        app.router.add_get("/admin/state", admin)
+        app.router.add_get("/metrics", metrics)
+    async with TestServer(apps[0]) as a, TestServer(apps[1]) as b:
+        bases = [str(s.make_url("")).rstrip("/") for s in (a, b)]
+        samples: list[Sample] = []
+        stack = Stack(gateways=bases, engines=bases)
+        urls = [u + "/v1/chat/completions" for u in bases]
+        recs = await scenario_bench._send_all(urls, work, 1.0, 5.0, stack, samples)
+    assert all(r.finished_at is not None for r in recs)
+    seeds = [wr.seed for _, wr in work]
+    assert [x["seed"] for x in apps[0][SEEN]] == seeds[0::2]
+    assert [x["seed"] for x in apps[1][SEEN]] == seeds[1::2]
+    assert samples and all(
+        s.modes == ("speculating", "fallback") and s.running == (2.0, 2.0) for s in samples
+    )
+
+
+def test_replica_agreement_counts_split_samples() -> None:
+    from gateway.bench.replicas import Sample, agreement, mode_of, running_of
+
+    xs = [
+        Sample(0.5, ("speculating", "fallback"), (1.0, 1.0)),  # before t0: not counted
+        Sample(1.0, ("fallback", "fallback"), (0.0, 3.0)),
+        Sample(1.5, ("speculating", "fallback"), (2.0, 1.0)),
+        Sample(2.0, ("fallback", "fallback"), (0.0, 0.0)),
+        Sample(2.5, ("fallback", None), (0.0, 1.0)),  # an unreadable state counts as differing
+    ]
+    assert agreement(xs, t0=1.0) == {"modes_differ": 0.5, "both_engines_busy": 0.25}
+    assert agreement([], t0=0.0) == {"modes_differ": 0.0, "both_engines_busy": 0.0}
+    assert mode_of({"models": {"m": {"policy_state": {"mode": "fallback"}}}}, "m") == "fallback"
+    assert mode_of({"models": {}}, "m") is None and mode_of([], "m") is None
+    assert running_of('# HELP x\nvllm:num_requests_running{engine="0"} 7.0\n') == 7.0
+    assert running_of("vllm:num_requests_waiting 3\n") == 0.0

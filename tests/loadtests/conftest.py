@@ -22,5 +22,5 @@ async def gateway_url(tmp_path: Path) -> AsyncIterator[str]:
         str(tmp_path / "emulator.log"),
     )
     gw = Proc("gateway", ["serve", "--config", str(cfg)], str(tmp_path / "gateway.log"))
-    async with running_stack(emu, gw, spec_port, base_port, gw_port) as url:
-        yield url
+    async with running_stack(emu, [gw], spec_port, base_port, [gw_port]) as urls:
+        yield urls[0]

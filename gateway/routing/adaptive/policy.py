@@ -438,6 +438,8 @@ class AdaptivePolicy:
             "step_scale": {"spec": round(self.live.scale_spec, 4), "base": round(self.live.scale_base, 4)},
             "measured_vs_model": self.bias.snapshot(now),
             "learned": self.learner.snapshot(now),
+            # other gateway replicas' requests seen on the pair within the last minute
+            "shared_pair": self.shared.shared(now),
             "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,
             "probes": p.probes,
             "reasons": dict(self.reasons),

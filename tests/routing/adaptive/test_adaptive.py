@@ -514,4 +514,4 @@ def test_requests_the_hard_rules_route_are_this_replicas_own_not_anothers() -> N
     # another replica's request on plain, by contrast, makes the pair shared
     other = view(with_(SPEC, running=0.0, at=11.0), with_(BASE, inflight=0, running=1.0, at=11.0))
     p.decide(EDIT, other, 12.0)
-    assert p.shared.shared(12.0)
+    assert p.shared.shared(12.0) and p.snapshot()["shared_pair"] is True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
 import time
@@ -82,3 +83,21 @@ def agreement(samples: Sequence[Sample], t0: float = 0.0) -> dict[str, float]:
     differ = sum(1 for s in xs if len(set(s.modes)) > 1)
     both = sum(1 for s in xs if len(s.running) >= 2 and all(r > 0 for r in s.running))
     return {"modes_differ": differ / len(xs), "both_engines_busy": both / len(xs)}
+
+
+def switch_spread(samples: Sequence[Sample], t0: float = 0.0) -> float | None:
+    """The largest gap between replicas switching mode for the same change: the k-th
+    switch of every replica is taken as one change (seconds; None when the replicas did
+    not switch equally often, 0.0 when none switched)."""
+    xs = [s for s in samples if s.at >= t0 and None not in s.modes]
+    if not xs:
+        return None
+    n = len(xs[0].modes)
+    flips: list[list[float]] = [[] for _ in range(n)]
+    for a, b in itertools.pairwise(xs):
+        for i in range(n):
+            if a.modes[i] != b.modes[i]:
+                flips[i].append(b.at)
+    if len({len(f) for f in flips}) != 1:
+        return None
+    return max((max(ts) - min(ts) for ts in zip(*flips, strict=True)), default=0.0)

@@ -28,7 +28,7 @@ import aiohttp
 
 from gateway.bench.loadgen import stream_chat
 from gateway.bench.procs import Stack, policy_stack
-from gateway.bench.replicas import Sample, agreement, watch
+from gateway.bench.replicas import Sample, agreement, switch_spread, watch
 from gateway.bench.stats import RequestRecord
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
@@ -197,18 +197,24 @@ def _comparison_md(cmp: dict[str, dict[str, float | None]]) -> str:
     return "\n".join(lines)
 
 
-def _replicas_md(n: int, agree: dict[str, dict[str, dict[str, float]]]) -> str:
+def _replicas_md(n: int, agree: dict[str, dict[str, dict[str, float | None]]]) -> str:
     lines = [
         f"### {n} gateway replica(s), client-side round robin: agreement",
         "",
-        "| policy | modes differ: bench / sim | both engines busy: bench / sim |",
-        "|---|---|---|",
+        "| policy | modes differ: bench / sim | both engines busy: bench / sim | switch spread (s), bench |",
+        "|---|---|---|---|",
     ]
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f} %"
+
     for p, v in agree.items():
         b, s = v["bench"], v["sim"]
+        spread = b.get("switch_spread_s")
         lines.append(
-            f"| {p} | {100 * b['modes_differ']:.1f} % / {100 * s['modes_differ']:.1f} % "
-            f"| {100 * b['both_engines_busy']:.1f} % / {100 * s['both_engines_busy']:.1f} % |"
+            f"| {p} | {pct(b['modes_differ'])} / {pct(s['modes_differ'])} "
+            f"| {pct(b['both_engines_busy'])} / {pct(s['both_engines_busy'])} "
+            f"| {'–' if spread is None else f'{spread:.1f}'} |"
         )
     return "\n".join(lines)
 
@@ -245,8 +251,12 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     sim_runs = {p: simulate(sim_config(args, sc, p)) for p in policies}
     sim = scenario_report.build({p: r.records for p, r in sim_runs.items()}, t0=t0, t1=sc.duration_s, slo=slo)
     cmp = compare(bench, sim, policies)
-    replicas = {
-        p: {"bench": agreement(watched[p], t0), "sim": sim_runs[p].replica_summary(t0)} for p in policies
+    replicas: dict[str, dict[str, dict[str, float | None]]] = {
+        p: {
+            "bench": {**agreement(watched[p], t0), "switch_spread_s": switch_spread(watched[p], t0)},
+            "sim": dict(sim_runs[p].replica_summary(t0)),
+        }
+        for p in policies
     }
     meta: dict[str, Any] = {
         "command": "specgate " + " ".join(sys.argv[1:]),
@@ -271,6 +281,9 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     with open(out / "results.md", "a", encoding="utf-8") as fh:
         fh.write("\n" + cmp_md + "\n")
     (out / "simulator.json").write_text(json.dumps(sim, indent=1, default=str), encoding="utf-8")
+    if args.replicas > 1:  # what the agreement figures were computed from
+        rows = {p: [[x.at, list(x.modes), list(x.running)] for x in xs] for p, xs in watched.items()}
+        (out / "replica_samples.json").write_text(json.dumps(rows), encoding="utf-8")
     print(md)
     print(cmp_md)
     print(f"wrote {out}/results.{{json,md,png}}, simulator.json in {meta['wall_s']} s")

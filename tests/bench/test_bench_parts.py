@@ -271,3 +271,14 @@ def test_replica_agreement_counts_split_samples() -> None:
     assert mode_of({"models": {}}, "m") is None and mode_of([], "m") is None
     assert running_of('# HELP x\nvllm:num_requests_running{engine="0"} 7.0\n') == 7.0
     assert running_of("vllm:num_requests_waiting 3\n") == 0.0
+
+
+def test_switch_spread_pairs_each_replicas_kth_switch() -> None:
+    from gateway.bench.replicas import Sample, switch_spread
+
+    s, f = "speculating", "fallback"
+    modes = [(s, s), (f, s), (f, s), (f, f), (f, f), (s, f), (s, s)]  # 1.0 s, then 2.0 s apart
+    xs = [Sample(float(i), m, (0.0, 0.0)) for i, m in enumerate(modes)]
+    assert switch_spread(xs) == 2.0  # first change: 1 vs 3 (2 s); second: 5 vs 6 (1 s)
+    assert switch_spread(xs[:2]) is None  # one replica switched, the other did not
+    assert switch_spread([Sample(0.0, (s, s), ()), Sample(1.0, (s, s), ())]) == 0.0

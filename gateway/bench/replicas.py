@@ -2,33 +2,24 @@
 
 While a scenario runs through N gateway replicas, :func:`watch` polls each replica's
 ``GET /admin/state`` (the model's mode) and each engine's ``/metrics`` (vLLM's
-``num_requests_running``), and :func:`agreement` reduces the samples to the two figures
-that show a split pair: the share of samples in which the replicas' modes differ, and the
-share in which both engines of the pair had requests running (each request then waits
-for both engines' steps).
+``num_requests_running``) into :class:`~gateway.sim.agreement.Sample` records, which
+:mod:`gateway.sim.agreement` reduces as it does the simulator's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import aiohttp
 
+from gateway.sim.agreement import Sample
+
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    at: float  # seconds on the scenario clock
-    modes: tuple[str | None, ...]  # each replica's mode of the model (None: unreadable)
-    running: tuple[float, ...]  # requests running on each engine
 
 
 def mode_of(state: object, model: str) -> str | None:
@@ -73,31 +64,3 @@ async def watch(
         modes = tuple(mode_of(json.loads(s), model) if s else None for s in states)
         out.append(Sample(at, modes, tuple(running_of(p or "") for p in pages)))
         await asyncio.sleep(interval_s)
-
-
-def agreement(samples: Sequence[Sample], t0: float = 0.0) -> dict[str, float]:
-    """``modes_differ`` and ``both_engines_busy`` over the samples from ``t0`` on."""
-    xs = [s for s in samples if s.at >= t0]
-    if not xs:
-        return {"modes_differ": 0.0, "both_engines_busy": 0.0}
-    differ = sum(1 for s in xs if len(set(s.modes)) > 1)
-    both = sum(1 for s in xs if len(s.running) >= 2 and all(r > 0 for r in s.running))
-    return {"modes_differ": differ / len(xs), "both_engines_busy": both / len(xs)}
-
-
-def switch_spread(samples: Sequence[Sample], t0: float = 0.0) -> float | None:
-    """The largest gap between replicas switching mode for the same change: the k-th
-    switch of every replica is taken as one change (seconds; None when the replicas did
-    not switch equally often, 0.0 when none switched)."""
-    xs = [s for s in samples if s.at >= t0 and None not in s.modes]
-    if not xs:
-        return None
-    n = len(xs[0].modes)
-    flips: list[list[float]] = [[] for _ in range(n)]
-    for a, b in itertools.pairwise(xs):
-        for i in range(n):
-            if a.modes[i] != b.modes[i]:
-                flips[i].append(b.at)
-    if len({len(f) for f in flips}) != 1:
-        return None
-    return max((max(ts) - min(ts) for ts in zip(*flips, strict=True)), default=0.0)

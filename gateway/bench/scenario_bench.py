@@ -28,11 +28,12 @@ import aiohttp
 
 from gateway.bench.loadgen import stream_chat
 from gateway.bench.procs import Stack, policy_stack
-from gateway.bench.replicas import Sample, agreement, switch_spread, watch
+from gateway.bench.replicas import watch
 from gateway.bench.stats import RequestRecord
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
+from gateway.sim.agreement import Sample, agreement, switch_spread
 from gateway.sim.run import SimConfig, simulate
 from gateway.sim.scenarios import Scenario, get_scenario, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body

@@ -14,6 +14,7 @@ from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import ALWAYS_SPEC, build_policy
 from gateway.routing.types import Decision, ModelView, PairView, Route
+from gateway.sim.agreement import Sample, agreement
 from gateway.sim.analysis import pct
 from gateway.sim.monitor import ItlObserver, SimMonitor
 from gateway.sim.scenarios import Phase, scenario_requests
@@ -81,20 +82,13 @@ class SimResult:
     records: list[RequestRecord]
     policy_state: dict[str, object]
     sim_end: float
-    # Sampled every 0.1 s after the warm-up: (time, modes of the replicas (True:
-    # speculating; None for policies without a mode), spec running, base running).
-    samples: list[tuple[float, tuple[bool | None, ...], int, int]] = field(default_factory=list)
+    # Sampled every 0.1 s: the replicas' modes (None for policies without a mode) and the
+    # requests running on the spec and the plain engine.
+    samples: list[Sample] = field(default_factory=list)
 
     def replica_summary(self, warmup_s: float | None = None) -> dict[str, float]:
-        """How far the replicas agree: the share of samples where their modes differ and
-        the share of time both engines of the pair had requests running."""
-        w = self.config.warmup_s if warmup_s is None else warmup_s
-        xs = [x for x in self.samples if x[0] >= w]
-        if not xs:
-            return {"modes_differ": 0.0, "both_engines_busy": 0.0}
-        differ = sum(1 for _, m, _, _ in xs if len(set(m)) > 1)
-        both = sum(1 for _, _, s, b in xs if s > 0 and b > 0)
-        return {"modes_differ": differ / len(xs), "both_engines_busy": both / len(xs)}
+        """How far the replicas agree (:func:`gateway.sim.agreement.agreement`)."""
+        return agreement(self.samples, self.config.warmup_s if warmup_s is None else warmup_s)
 
     def summary(self, warmup_s: float | None = None) -> dict[str, float | int | str]:
         w = self.config.warmup_s if warmup_s is None else warmup_s
@@ -282,7 +276,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         own[replica, d.route] += 1
         on_events(device.submit(eng, req, t))
 
-    samples: list[tuple[float, tuple[bool | None, ...], int, int]] = []
+    samples: list[Sample] = []
     i = 0
     next_scrape = next_sample = 0.0
     end = (work[-1][0] if work else 0.0) + cfg.drain_s
@@ -297,8 +291,8 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             break
         on_events(device.run_until(t))
         if t >= next_sample:
-            modes = tuple(_speculating(p) for p in policies)
-            samples.append((t, modes, spec_eng.num_running, base_eng.num_running))
+            modes = tuple(_mode(p) for p in policies)
+            samples.append(Sample(t, modes, (float(spec_eng.num_running), float(base_eng.num_running))))
             next_sample += _SAMPLE_S
         if t >= next_scrape:
             for m in mons.values():
@@ -310,7 +304,9 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     return SimResult(cfg, records, policies[0].snapshot(), device.t, samples)
 
 
-def _speculating(policy: object) -> bool | None:
-    mode = getattr(policy, "mode", None)
-    speculating = getattr(mode, "speculating", None)
-    return speculating if isinstance(speculating, bool) else None
+def _mode(policy: object) -> str | None:
+    """The policy's mode as ``GET /admin/state`` names it (None for a policy without one)."""
+    speculating = getattr(getattr(policy, "mode", None), "speculating", None)
+    if not isinstance(speculating, bool):
+        return None
+    return "speculating" if speculating else "fallback"

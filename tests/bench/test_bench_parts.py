@@ -221,7 +221,7 @@ async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_ar
     """Client-side round robin over gateway replicas, and the samples that show a split:
     each replica's mode from GET /admin/state, each engine's running count from /metrics."""
     from gateway.bench.procs import Stack
-    from gateway.bench.replicas import Sample
+    from gateway.sim.agreement import Sample
     from gateway.sim.scenarios import Phase, scenario_requests
 
     work = scenario_requests(
@@ -256,7 +256,8 @@ async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_ar
 
 
 def test_replica_agreement_counts_split_samples() -> None:
-    from gateway.bench.replicas import Sample, agreement, mode_of, running_of
+    from gateway.bench.replicas import mode_of, running_of
+    from gateway.sim.agreement import Sample, agreement
 
     xs = [
         Sample(0.5, ("speculating", "fallback"), (1.0, 1.0)),  # before t0: not counted
@@ -274,7 +275,7 @@ def test_replica_agreement_counts_split_samples() -> None:
 
 
 def test_switch_spread_pairs_each_replicas_kth_switch() -> None:
-    from gateway.bench.replicas import Sample, switch_spread
+    from gateway.sim.agreement import Sample, switch_spread
 
     s, f = "speculating", "fallback"
     modes = [(s, s), (f, s), (f, s), (f, f), (f, f), (s, f), (s, s)]  # 1.0 s, then 2.0 s apart

@@ -97,11 +97,11 @@ def test_replicas_take_arrivals_in_turn_and_share_only_the_engines() -> None:
     two = simulate(SimConfig(qps=4, policy="adaptive", duration_s=20, warmup_s=0, seed=3, replicas=2))
     assert [r.replica for r in two.records[:6]] == [0, 1, 0, 1, 0, 1]
     assert {r.replica for r in one.records} == {0}
-    assert all(len(modes) == 2 for _, modes, _, _ in two.samples)
+    assert all(len(x.modes) == 2 and set(x.modes) <= {"speculating", "fallback"} for x in two.samples)
     assert one.replica_summary()["modes_differ"] == 0.0
     for result in (one, two):
         share = result.replica_summary()["both_engines_busy"]
-        both = [1 for _, _, s, b in result.samples if s and b]
+        both = [1 for x in result.samples if x.running[0] and x.running[1]]
         assert share == len(both) / len(result.samples)
     # a static policy has no mode to differ in, and one regime cannot split the pair
     spec = simulate(SimConfig(qps=4, policy="always-spec", duration_s=10, warmup_s=0, replicas=3))

@@ -1,0 +1,146 @@
+"""Routing policies compared in interleaved windows on the same warm engines.
+
+One gateway per policy, all in front of the same (spec, plain) pair. For each
+concurrency C and each round, every *slot* in turn keeps C streaming requests in flight
+through its gateway for ``--warmup + --measure`` seconds and lets them finish before the
+next slot starts. The default slots are ``adaptive, always-spec, always-base, adaptive``:
+the repeated policy is the A/A comparison, so the noise between windows is shown beside
+every A/B. Every slot of a round sends the same request sequence.
+
+Figures are per window (mean and p99 TPOT, overall and per temperature class); policies
+are compared round by round with bootstrap intervals over rounds
+(:mod:`gateway.bench.windows`). Outputs under ``--out``: windows.csv, requests.csv,
+report.json, report.md.
+
+Real engines (started by engines.py)::
+
+    python3 loadtests/gpu/interleave.py --target real --pair ngram --out /tmp/il
+
+Emulated engines configured like the real ones::
+
+    .venv/bin/python loadtests/gpu/interleave.py --target emulated --time-scale 4 --out out/il
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import sys
+from typing import Any
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, HERE)
+
+from engines import by_name  # noqa: E402
+from sweep import closed_loop, gateway_config, start_target  # noqa: E402
+
+from gateway.bench.procs import Proc, free_port  # noqa: E402
+from gateway.bench.stats import CSV_FIELDS  # noqa: E402
+from gateway.bench.windows import compare, report_md, slot_labels, window_row  # noqa: E402
+from gateway.routing.factory import POLICY_NAMES  # noqa: E402
+
+
+async def run(args: argparse.Namespace) -> int:
+    out = args.out
+    logdir = os.path.join(out, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    slots = [s for s in args.slots.split(",") if s]
+    unknown = sorted(set(slots) - set(POLICY_NAMES))
+    if unknown:
+        raise SystemExit(f"unknown policies in --slots: {', '.join(unknown)}")
+    labels = slot_labels(slots)
+    spec, base = by_name(args.pair), by_name("base")
+    target = await start_target(args, [base, spec], logdir)
+    gws: dict[str, tuple[Proc, str]] = {}
+    windows: list[dict[str, Any]] = []
+    try:
+        for policy in dict.fromkeys(slots):
+            port = free_port()
+            path = os.path.join(logdir, f"gateway-{policy}.yaml")
+            with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
+                yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy), fh)
+            gw = Proc("gateway", ["serve", "--config", path, "--log-level", "WARNING"], path[:-5] + ".log")
+            url = f"http://127.0.0.1:{port}"
+            gws[policy] = (gw, url)
+            await gw.start()
+            await gw.wait_ready(url + "/ready", timeout_s=60)
+        await asyncio.sleep(2.5)  # two scrapes, so that every policy sees both engines
+        req_path = os.path.join(out, "requests.csv")
+        with open(req_path, "w", newline="") as fh:  # noqa: ASYNC230 - local results file
+            w = csv.DictWriter(fh, fieldnames=["concurrency", "round", "slot", *CSV_FIELDS])
+            w.writeheader()
+            for conc in args.conc:
+                for rnd in range(args.rounds):
+                    for label, policy in zip(labels, slots, strict=True):
+                        url = gws[policy][1]  # every slot of a round sends the same requests
+                        recs, _ = await closed_loop(url, conc, args, target.time_scale, args.seed + rnd)
+                        row = window_row(conc, rnd, label, policy, recs)
+                        windows.append(row)
+                        for r in recs:
+                            w.writerow({"concurrency": conc, "round": rnd, "slot": label, **r.row()})
+                        print(
+                            f"C={conc:<3} round {rnd} {label:>12}: n={row['requests']} "
+                            f"TPOT {row['tpot_mean_ms'] or 0:.2f} ms spec {row['spec_share']}",
+                            flush=True,
+                        )
+    finally:
+        for gw, _ in gws.values():
+            await gw.stop()
+        await target.stop()
+    with open(os.path.join(out, "windows.csv"), "w", newline="") as fh:  # noqa: ASYNC230
+        cw = csv.DictWriter(fh, fieldnames=list(windows[0]))
+        cw.writeheader()
+        cw.writerows(windows)
+    result = compare(windows, labels, seed=args.seed)
+    meta = {
+        "pair": args.pair,
+        "labels": labels,
+        "rounds": args.rounds,
+        "measure_s": args.measure,
+        "target": args.target,
+        "time_scale": target.time_scale,
+    }
+    with open(os.path.join(out, "report.json"), "w") as fh:  # noqa: ASYNC230
+        json.dump({"meta": meta, "result": result}, fh, indent=1)
+    with open(os.path.join(out, "report.md"), "w") as fh:  # noqa: ASYNC230
+        fh.write(report_md(result, meta))
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", choices=("real", "emulated"), required=True)
+    p.add_argument("--pair", default="ngram", help="the speculative engine paired with the plain one")
+    p.add_argument("--slots", default="adaptive,always-spec,always-base,adaptive", help="policies in a round")
+    p.add_argument("--rounds", type=int, default=6, help="rounds per concurrency")
+    p.add_argument("--conc", default="1,8,32,64", type=lambda s: [int(x) for x in s.split(",") if x])
+    p.add_argument("--warmup", type=float, default=1.0, help="seconds before each measured window")
+    p.add_argument("--measure", type=float, default=10.0, help="measured seconds per window")
+    p.add_argument("--drain", type=float, default=20.0, help="seconds allowed to finish after a window")
+    p.add_argument("--request-timeout", type=float, default=120.0)
+    p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
+    p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
+    p.add_argument("--max-tokens-cap", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--time-scale", type=float, default=1.0, help="emulated: wall seconds per emulated second")
+    p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
+    p.add_argument("--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks}')
+    p.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.target == "real":
+        args.time_scale = 1.0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

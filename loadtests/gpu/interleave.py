@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
 from engines import by_name  # noqa: E402
-from sweep import closed_loop, gateway_config, start_target  # noqa: E402
+from sweep import add_load_args, closed_loop, gateway_config, run_main, start_target  # noqa: E402
 
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.stats import CSV_FIELDS  # noqa: E402
@@ -115,31 +115,15 @@ async def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", choices=("real", "emulated"), required=True)
     p.add_argument("--pair", default="ngram", help="the speculative engine paired with the plain one")
     p.add_argument("--slots", default="adaptive,always-spec,always-base,adaptive", help="policies in a round")
     p.add_argument("--rounds", type=int, default=6, help="rounds per concurrency")
-    p.add_argument("--conc", default="1,8,32,64", type=lambda s: [int(x) for x in s.split(",") if x])
-    p.add_argument("--warmup", type=float, default=1.0, help="seconds before each measured window")
-    p.add_argument("--measure", type=float, default=10.0, help="measured seconds per window")
-    p.add_argument("--drain", type=float, default=20.0, help="seconds allowed to finish after a window")
-    p.add_argument("--request-timeout", type=float, default=120.0)
-    p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
-    p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
-    p.add_argument("--max-tokens-cap", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--time-scale", type=float, default=1.0, help="emulated: wall seconds per emulated second")
-    p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
-    p.add_argument("--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks}')
-    p.add_argument("--out", required=True)
+    add_load_args(p, conc="1,8,32,64", warmup=1.0, measure=10.0, per="window")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.target == "real":
-        args.time_scale = 1.0
-    return asyncio.run(run(args))
+    return run_main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

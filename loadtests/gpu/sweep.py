@@ -33,6 +33,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,16 +336,14 @@ async def sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_load_args(p: argparse.ArgumentParser, *, conc: str, warmup: float, measure: float, per: str) -> None:
+    """The target and load options of every script that drives the set (this sweep, and
+    interleave.py); ``per`` names what one measured window is (a point, a window)."""
     p.add_argument("--target", choices=("real", "emulated"), required=True)
-    p.add_argument("--pairs", default=",".join(e.name for e in ENGINES if e.spec is not None))
-    p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--skip-base", action="store_true", help="always-base was measured in an earlier run")
-    p.add_argument("--conc", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",") if x])
-    p.add_argument("--warmup", type=float, default=2.0, help="seconds before the measured window")
-    p.add_argument("--measure", type=float, default=8.0, help="measured seconds per point")
-    p.add_argument("--drain", type=float, default=20.0, help="seconds allowed to finish after the window")
+    p.add_argument("--conc", default=conc, type=lambda s: [int(x) for x in s.split(",") if x])
+    p.add_argument("--warmup", type=float, default=warmup, help=f"seconds before each measured {per}")
+    p.add_argument("--measure", type=float, default=measure, help=f"measured seconds per {per}")
+    p.add_argument("--drain", type=float, default=20.0, help=f"seconds allowed to finish after a {per}")
     p.add_argument("--request-timeout", type=float, default=120.0)
     p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
     p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
@@ -356,14 +355,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
     )
     p.add_argument("--out", required=True)
+
+
+def run_main(args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
+    """Run ``run(args)``; real engines run in real time."""
+    if args.target == "real":
+        args.time_scale = 1.0
+    return asyncio.run(run(args))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pairs", default=",".join(e.name for e in ENGINES if e.spec is not None))
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--skip-base", action="store_true", help="always-base was measured in an earlier run")
+    add_load_args(p, conc="1,4,16,64", warmup=2.0, measure=8.0, per="point")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.target == "real":
-        args.time_scale = 1.0
-    return asyncio.run(sweep(args))
+    return run_main(parse_args(argv), sweep)
 
 
 if __name__ == "__main__":

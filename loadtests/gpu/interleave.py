@@ -1,16 +1,24 @@
 """Routing policies compared in interleaved windows on the same warm engines.
 
-One gateway per policy, all in front of the same (spec, plain) pair. For each
-concurrency C and each round, every *slot* in turn keeps C streaming requests in flight
-through its gateway for ``--warmup + --measure`` seconds and lets them finish before the
-next slot starts. The default slots are ``adaptive, always-spec, always-base, adaptive``:
-the repeated policy is the A/A comparison, so the noise between windows is shown beside
-every A/B. Every slot of a round sends the same request sequence.
+One gateway in front of the (spec, plain) pair. For each concurrency C and each round,
+every *slot* in turn keeps C streaming requests in flight through it for ``--warmup +
+--measure`` seconds and lets them finish before the next slot starts. A static slot
+(always-spec, always-base) pins the model to its engine for its window (``POST
+/admin/route``: the hard rules still apply, exactly as the static policies route); an
+adaptive slot unpins it. So every request on the engines is the gateway's own: separate
+gateways per policy would read each other's requests in the scrapes as other replicas'
+(a shared pair, :mod:`gateway.routing.adaptive.shared`), and the spec engine's windowed
+acceptance as their own. ``--gateways per-policy`` runs one gateway per policy instead
+(for comparing two non-static policies; keep their windows apart).
+
+The default slots are ``adaptive, always-spec, always-base, adaptive``: the repeated
+policy is the A/A comparison, so the noise between windows is shown beside every A/B.
+Every slot of a round sends the same request sequence.
 
 Figures are per window (mean and p99 TPOT, overall and per temperature class); policies
 are compared round by round with bootstrap intervals over rounds
 (:mod:`gateway.bench.windows`). Outputs under ``--out``: windows.csv, requests.csv,
-report.json, report.md.
+report.json, report.md, and states.jsonl (the gateway's ``/admin/state`` after each window).
 
 Real engines (started by engines.py)::
 
@@ -31,13 +39,14 @@ import os
 import sys
 from typing import Any
 
+import aiohttp
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
-from engines import by_name  # noqa: E402
+from engines import MODEL, by_name  # noqa: E402
 from sweep import add_load_args, closed_loop, gateway_config, run_main, start_target  # noqa: E402
 
 from gateway.bench.procs import Proc, free_port  # noqa: E402
@@ -59,8 +68,10 @@ async def run(args: argparse.Namespace) -> int:
     target = await start_target(args, [base, spec], logdir)
     gws: dict[str, tuple[Proc, str]] = {}
     windows: list[dict[str, Any]] = []
+    # slot policy -> (the gateway's policy, the pin its windows set; None: per-policy gateways)
+    plan = gateway_plan(slots, args.gateways)
     try:
-        for policy in dict.fromkeys(slots):
+        for policy in dict.fromkeys(p for p, _ in plan.values()):
             port = free_port()
             path = os.path.join(logdir, f"gateway-{policy}.yaml")
             with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
@@ -72,14 +83,19 @@ async def run(args: argparse.Namespace) -> int:
             await gw.wait_ready(url + "/ready", timeout_s=60)
         await asyncio.sleep(2.5)  # two scrapes, so that every policy sees both engines
         req_path = os.path.join(out, "requests.csv")
+        states = os.path.join(out, "states.jsonl")
         with open(req_path, "w", newline="") as fh:  # noqa: ASYNC230 - local results file
             w = csv.DictWriter(fh, fieldnames=["concurrency", "round", "slot", *CSV_FIELDS])
             w.writeheader()
             for conc in args.conc:
                 for rnd in range(args.rounds):
                     for label, policy in zip(labels, slots, strict=True):
-                        url = gws[policy][1]  # every slot of a round sends the same requests
+                        gw_policy, pin = plan[policy]
+                        url = gws[gw_policy][1]  # every slot of a round sends the same requests
+                        if pin is not None:
+                            await set_pin(url, pin)
                         recs, _ = await closed_loop(url, conc, args, target.time_scale, args.seed + rnd)
+                        await save_state(url, states, conc=conc, round=rnd, slot=label)
                         row = window_row(conc, rnd, label, policy, recs)
                         windows.append(row)
                         for r in recs:
@@ -104,6 +120,7 @@ async def run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "measure_s": args.measure,
         "target": args.target,
+        "gateways": args.gateways,
         "time_scale": target.time_scale,
     }
     with open(os.path.join(out, "report.json"), "w") as fh:  # noqa: ASYNC230
@@ -113,11 +130,50 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+STATIC_PINS = {"always-spec": "spec", "always-base": "base"}
+
+
+def gateway_plan(slots: list[str], mode: str) -> dict[str, tuple[str, str | None]]:
+    """For each slot policy, the gateway policy that serves it and the pin its windows set
+    (``spec``/``base``/``auto``; None with one gateway per policy). With one gateway, the
+    slots may hold at most one policy that is not static: the gateway's own."""
+    if mode == "per-policy":
+        return {p: (p, None) for p in slots}
+    own = sorted({p for p in slots if p not in STATIC_PINS})
+    if len(own) > 1:
+        names = ", ".join(own)
+        raise SystemExit(f"one gateway serves one non-static policy, not {names}: use --gateways per-policy")
+    gateway = own[0] if own else "adaptive"
+    return {p: (gateway, STATIC_PINS.get(p, "auto")) for p in slots}
+
+
+async def save_state(url: str, path: str, **where: object) -> None:
+    """Append the gateway's routing state after a window (mode, predicted speed-up, reasons,
+    recent decisions) to ``path``: what explains a window's figures."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/admin/state") as r:
+        body = await r.json() if r.status == 200 else {"status": r.status}
+    with open(path, "a", encoding="utf-8") as fh:  # noqa: ASYNC230 - one line, local file
+        fh.write(json.dumps({**where, "state": body}) + "\n")
+
+
+async def set_pin(url: str, route: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(url + "/admin/route", json={"model": MODEL, "route": route})
+        if r.status != 200:
+            raise RuntimeError(f"pinning {route}: HTTP {r.status} {(await r.text())[:200]}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="ngram", help="the speculative engine paired with the plain one")
     p.add_argument("--slots", default="adaptive,always-spec,always-base,adaptive", help="policies in a round")
     p.add_argument("--rounds", type=int, default=6, help="rounds per concurrency")
+    p.add_argument(
+        "--gateways",
+        choices=("one", "per-policy"),
+        default="one",
+        help="one gateway, static slots as pins (default), or one gateway per policy",
+    )
     add_load_args(p, conc="1,8,32,64", warmup=1.0, measure=10.0, per="window")
     return p.parse_args(argv)
 

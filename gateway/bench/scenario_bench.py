@@ -91,17 +91,21 @@ def sim_config(args: argparse.Namespace, sc: Scenario, policy: str) -> SimConfig
     )
 
 
-async def _send_all(
+async def send_all(
     url: str | list[str],
     work: list[tuple[float, WorkloadRequest]],
     scale: float,
     drain_s: float,
     stack: Stack | None = None,
     samples: list[Sample] | None = None,
+    *,
+    model: str = MODEL,
+    extra: dict[str, object] | None = None,
 ) -> list[SocketRecord]:
     """Send ``work`` at its times, in turn to each URL of ``url`` (client-side round robin
-    over gateway replicas); with ``stack`` and ``samples``, sample the replicas' modes and the
-    engines meanwhile (:mod:`gateway.bench.replicas`)."""
+    over gateway replicas), asking for ``model`` with ``extra`` body fields; with ``stack``
+    and ``samples``, sample the replicas' modes and the engines meanwhile
+    (:mod:`gateway.bench.replicas`)."""
     urls = [url] if isinstance(url, str) else url
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     conn = aiohttp.TCPConnector(limit=0)
@@ -118,8 +122,8 @@ async def _send_all(
             if delay > 0:
                 await asyncio.sleep(delay)
             rec = RequestRecord(0.0, wr.kind, wr.subkind, wr.temperature, False)
-            extra = {"seed": wr.seed} if wr.seed is not None else None
-            body = to_openai_body(wr, MODEL, extra=extra)
+            fields = {**(extra or {}), **({"seed": wr.seed} if wr.seed is not None else {})}
+            body = to_openai_body(wr, model, extra=fields or None)
             task = asyncio.create_task(stream_chat(session, urls[i % len(urls)], body, rec, t_origin, scale))
             sent.append((t, rec, task))
         tasks = [task for _, _, task in sent]
@@ -156,7 +160,7 @@ async def _run_policy(
     )
     async with stack as st:
         urls = [g + "/v1/chat/completions" for g in st.gateways]
-        return await _send_all(urls, work, scale, args.drain, st, samples)
+        return await send_all(urls, work, scale, args.drain, st, samples)
 
 
 def compare(

@@ -36,22 +36,24 @@ def build(
     t1: float,
     slo: an.Slo,
     margin: float = an.SWITCH_MARGIN,
+    window_s: float = an.WINDOW_S,
 ) -> dict[str, Any]:
     """Metrics of every policy over arrivals in [t0, t1), plus the oracle and adaptive's
-    comparisons where the statics (and adaptive) are present."""
+    comparisons where the statics (and adaptive) are present; the oracle picks the better
+    static per ``window_s`` (a minute; a compressed day compresses it too)."""
     span = t1 - t0
     recs = {p: an.measured(r, t0, t1) for p, r in records.items()}
     rows: dict[str, dict[str, Any]] = {
         p: {"policy": p, **an.summarize(r, span, slo)} for p, r in recs.items()
     }
-    minutes = {p: an.window_tpot(r, t0) for p, r in recs.items()}
-    out: dict[str, Any] = {"window_s": an.WINDOW_S, "t0": t0, "t1": t1, "slo": asdict(slo), "margin": margin}
+    minutes = {p: an.window_tpot(r, t0, window_s) for p, r in recs.items()}
+    out: dict[str, Any] = {"window_s": window_s, "t0": t0, "t1": t1, "slo": asdict(slo), "margin": margin}
     have_statics = an.SPEC in recs and an.BASE in recs
     if have_statics:
         choice = an.oracle_choice(minutes[an.SPEC], minutes[an.BASE])
-        orecs = an.oracle_records(recs[an.SPEC], recs[an.BASE], choice)
+        orecs = an.oracle_records(recs[an.SPEC], recs[an.BASE], choice, window_s)
         rows[ORACLE] = {"policy": ORACLE, **an.summarize(orecs, span, slo)}
-        minutes[ORACLE] = an.window_tpot(orecs, t0)
+        minutes[ORACLE] = an.window_tpot(orecs, t0, window_s)
         out["oracle_choice"] = {str(w): c for w, c in sorted(choice.items())}
         best_name = min((an.SPEC, an.BASE), key=lambda p: rows[p]["mean_tpot_ms"])
         best, orc = rows[best_name]["mean_tpot_ms"], rows[ORACLE]["mean_tpot_ms"]
@@ -62,7 +64,9 @@ def build(
         if "adaptive" in recs:
             ad = rows["adaptive"]
             worst = an.worst_minute(minutes["adaptive"], minutes[an.SPEC], minutes[an.BASE])
-            sw = an.switch_times(recs["adaptive"], minutes[an.SPEC], minutes[an.BASE], margin=margin)
+            sw = an.switch_times(
+                recs["adaptive"], minutes[an.SPEC], minutes[an.BASE], margin=margin, window_s=window_s
+            )
             delays = [s.delay_s for s in sw]
             out["adaptive"] = {
                 "vs_best_static": ad["tpot_vs_best_static"],
@@ -71,7 +75,7 @@ def build(
                 "oracle_gain": 1 - orc / best,
                 "capture": an.capture(ad["mean_tpot_ms"], best, orc),
                 "worst_minute": None if worst is None else worst[0],
-                "worst_minute_start_s": None if worst is None else worst[1] * an.WINDOW_S,
+                "worst_minute_start_s": None if worst is None else worst[1] * window_s,
                 "switches": [asdict(s) for s in sw],
                 "max_switch_s": (
                     None if not sw else math.inf if None in delays else max(d or 0.0 for d in delays)
@@ -152,7 +156,7 @@ def write(report: dict[str, Any], meta: dict[str, Any], out: Path, title: str) -
         cw = csv.writer(f)
         cw.writerow(["window_start_s", *(f"{p}_mean_tpot_ms" for p in pols), "oracle_choice"])
         for wi in wins:
-            cw.writerow([wi * an.WINDOW_S, *(minutes[p].get(str(wi), "") for p in pols),
+            cw.writerow([wi * report["window_s"], *(minutes[p].get(str(wi), "") for p in pols),
                          report.get("oracle_choice", {}).get(str(wi), "")])  # fmt: skip
     md = markdown(report, title)
     (out / "results.md").write_text(md)
@@ -174,7 +178,7 @@ def plot(
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
-    t0 = float(report["t0"])
+    t0, ws = float(report["t0"]), float(report["window_s"])
     for p, m in report["minutes"].items():
         xs = sorted(int(w) for w in m)
         style = (
@@ -186,10 +190,10 @@ def plot(
         )
         if not xs:
             continue
-        end = min((xs[-1] + 1) * an.WINDOW_S, float(report["t1"]))
+        end = min((xs[-1] + 1) * ws, float(report["t1"]))
         ys = [m[str(w)] for w in xs]
-        ax.step([max(t0, w * an.WINDOW_S) for w in xs] + [end], [*ys, ys[-1]], where="post", label=p, **style)
-    ax.set_ylabel("mean TPOT per minute (ms)")
+        ax.step([max(t0, w * ws) for w in xs] + [end], [*ys, ys[-1]], where="post", label=p, **style)
+    ax.set_ylabel(f"mean TPOT per {ws:g} s (ms)")
     ax.legend(fontsize=8)
     if adaptive:
         bins: dict[int, list[float]] = {}
@@ -201,9 +205,7 @@ def plot(
         ax3.plot([x * bin_s for x in xs], counts, alpha=0.5, label=f"arrivals per s ({bin_s:g} s bins)")
     for w, c in report.get("oracle_choice", {}).items():
         if c == an.SPEC:
-            ax2.axvspan(
-                max(t0, int(w) * an.WINDOW_S), (int(w) + 1) * an.WINDOW_S, color="tab:green", alpha=0.12
-            )
+            ax2.axvspan(max(t0, int(w) * ws), (int(w) + 1) * ws, color="tab:green", alpha=0.12)
     ax2.axhline(0.5, color="grey", lw=0.8)
     ax2.set_ylabel("adaptive: share routed to spec\n(green: spec better that minute)")
     ax2.set_ylim(-0.05, 1.05)

@@ -114,6 +114,17 @@ ENGINES: tuple[Engine, ...] = (
         draft="qwen3-0.6b",
         notes="Qwen3-0.6B-shaped draft model (random weights), synthetic acceptance, AL 3.55",
     ),
+    Engine(
+        "eagle3-dsd",
+        8105,
+        12.0,  # the whole budget of a pair (two engines' 6 GiB): one engine instead of two
+        {
+            **_synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+            "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 0]],
+        },
+        draft="qwen3-8b-eagle3",
+        notes="eagle3-lo with Dynamic SD (vLLM >= 0.24): K=3 up to batch 32, no drafts above",
+    ),
 )
 
 COMMON = (

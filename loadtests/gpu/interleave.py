@@ -13,7 +13,8 @@ acceptance as their own. ``--gateways per-policy`` runs one gateway per policy i
 
 The default slots are ``adaptive, always-spec, always-base, adaptive``: the repeated
 policy is the A/A comparison, so the noise between windows is shown beside every A/B.
-Every slot of a round sends the same request sequence.
+Every slot of a round sends the same request sequence. A slot ``direct:<engine>`` sends
+it straight to that engine, no gateway (one engine with vLLM's Dynamic SD, say).
 
 Figures are per window (mean and p99 TPOT, overall and per temperature class); policies
 are compared round by round with bootstrap intervals over rounds
@@ -60,16 +61,18 @@ async def run(args: argparse.Namespace) -> int:
     logdir = os.path.join(out, "logs")
     os.makedirs(logdir, exist_ok=True)
     slots = [s for s in args.slots.split(",") if s]
-    unknown = sorted(set(slots) - set(POLICY_NAMES))
+    direct = {s: by_name(s[len(DIRECT) :]) for s in slots if s.startswith(DIRECT)}
+    unknown = sorted(set(slots) - set(POLICY_NAMES) - set(direct))
     if unknown:
         raise SystemExit(f"unknown policies in --slots: {', '.join(unknown)}")
     labels = slot_labels(slots)
     spec, base = by_name(args.pair), by_name("base")
-    target = await start_target(args, [base, spec], logdir)
+    engines = list({e.name: e for e in (base, spec, *direct.values())}.values())
+    target = await start_target(args, engines, logdir)
     gws: dict[str, tuple[Proc, str]] = {}
     windows: list[dict[str, Any]] = []
     # slot policy -> (the gateway's policy, the pin its windows set; None: per-policy gateways)
-    plan = gateway_plan(slots, args.gateways)
+    plan = gateway_plan([s for s in slots if s not in direct], args.gateways)
     try:
         for policy in dict.fromkeys(p for p, _ in plan.values()):
             port = free_port()
@@ -90,12 +93,18 @@ async def run(args: argparse.Namespace) -> int:
             for conc in args.conc:
                 for rnd in range(args.rounds):
                     for label, policy in zip(labels, slots, strict=True):
-                        gw_policy, pin = plan[policy]
-                        url = gws[gw_policy][1]  # every slot of a round sends the same requests
-                        if pin is not None:
-                            await set_pin(url, pin)
-                        recs, _ = await closed_loop(url, conc, args, target.time_scale, args.seed + rnd)
-                        await save_state(url, states, conc=conc, round=rnd, slot=label)
+                        seed = args.seed + rnd  # every slot of a round sends the same requests
+                        if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)
+                            e = direct[policy]
+                            url = target.urls[e.name]
+                            recs, _ = await closed_loop(url, conc, args, target.time_scale, seed, e.served)
+                        else:
+                            gw_policy, pin = plan[policy]
+                            url = gws[gw_policy][1]
+                            if pin is not None:
+                                await set_pin(url, pin)
+                            recs, _ = await closed_loop(url, conc, args, target.time_scale, seed)
+                            await save_state(url, states, conc=conc, round=rnd, slot=label)
                         row = window_row(conc, rnd, label, policy, recs)
                         windows.append(row)
                         for r in recs:
@@ -131,6 +140,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 STATIC_PINS = {"always-spec": "spec", "always-base": "base"}
+DIRECT = "direct:"  # a slot sent straight to an engine of the set: direct:<engine name>
 
 
 def gateway_plan(slots: list[str], mode: str) -> dict[str, tuple[str, str | None]]:
@@ -166,7 +176,12 @@ async def set_pin(url: str, route: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="ngram", help="the speculative engine paired with the plain one")
-    p.add_argument("--slots", default="adaptive,always-spec,always-base,adaptive", help="policies in a round")
+    p.add_argument(
+        "--slots",
+        default="adaptive,always-spec,always-base,adaptive",
+        help="policies in a round; direct:<engine> sends a slot straight to an engine of the set "
+        "(e.g. direct:eagle3-dsd, one engine with Dynamic SD)",
+    )
     p.add_argument("--rounds", type=int, default=6, help="rounds per concurrency")
     p.add_argument(
         "--gateways",

@@ -154,10 +154,11 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> str:
 
 
 async def closed_loop(
-    gw: str, conc: int, args: argparse.Namespace, scale: float, seed: int
+    gw: str, conc: int, args: argparse.Namespace, scale: float, seed: int, model: str = MODEL
 ) -> tuple[list[RequestRecord], float]:
-    """C workers, each sending its next request when the last one finished. Returns the
-    records of requests started inside the window and the output tokens delivered in it."""
+    """C workers, each sending its next request when the last one finished (to ``gw``, a
+    gateway, or an engine asked for its served ``model``). Returns the records of requests
+    started inside the window and the output tokens delivered in it."""
     temps = TemperatureDist.parse(args.temperature)
     url = gw + "/v1/chat/completions"
     w0, w1 = args.warmup, args.warmup + args.measure
@@ -172,7 +173,7 @@ async def closed_loop(
             while (time.perf_counter() - t0) / scale < w1:
                 req = sample(rng, args.mix, temps, max_tokens_cap=args.max_tokens_cap)
                 rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
-                body = to_openai_body(req, MODEL, extra={"ignore_eos": True})
+                body = to_openai_body(req, model, extra={"ignore_eos": True})
                 records.append(rec)
                 await stream_chat(session, url, body, rec, t0, scale)
 

@@ -173,7 +173,7 @@ async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> Non
     assert len(work) >= 3
     app = _fake_engine(tokens=6)
     async with TestServer(app) as server:
-        recs = await scenario_bench._send_all(str(server.make_url("/v1/chat/completions")), work, 1.0, 5.0)
+        recs = await scenario_bench.send_all(str(server.make_url("/v1/chat/completions")), work, 1.0, 5.0)
     assert [r.arrival for r in recs] == [t for t, _ in work]
     assert all(r.route == "spec" and r.output_tokens == 6 and r.finished_at is not None for r in recs)
     assert all(r.tpot_s is not None and r.ttft_s is not None and r.finished_at > r.arrival for r in recs)
@@ -245,7 +245,7 @@ async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_ar
         samples: list[Sample] = []
         stack = Stack(gateways=bases, engines=bases)
         urls = [u + "/v1/chat/completions" for u in bases]
-        recs = await scenario_bench._send_all(urls, work, 1.0, 5.0, stack, samples)
+        recs = await scenario_bench.send_all(urls, work, 1.0, 5.0, stack, samples)
     assert all(r.finished_at is not None for r in recs)
     seeds = [wr.seed for _, wr in work]
     assert [x["seed"] for x in apps[0][SEEN]] == seeds[0::2]

@@ -103,6 +103,20 @@ def test_report_compares_adaptive_with_oracle_and_statics() -> None:
     assert "| oracle |" in md and "never" in md
 
 
+def test_a_compressed_day_compresses_the_oracles_minute() -> None:
+    """The same three phases in 90 s: with 30-s windows the oracle still switches twice."""
+    spec = every_s(0, 30, "spec", 5) + every_s(30, 60, "spec", 8) + every_s(60, 90, "spec", 5)
+    base = every_s(0, 90, "base", 6)
+    rep = scenario_report.build({an.SPEC: spec, an.BASE: base}, t0=0.0, t1=90.0, slo=an.Slo(), window_s=30.0)
+    assert rep["window_s"] == 30.0
+    assert rep["oracle_choice"] == {"0": an.SPEC, "1": an.BASE, "2": an.SPEC}
+    oracle = next(r for r in rep["rows"] if r["policy"] == scenario_report.ORACLE)
+    assert oracle["mean_tpot_ms"] == pytest.approx((5 + 6 + 5) / 3)
+    # with the default minute the 90 s are two windows, and the first blurs two phases
+    minute = scenario_report.build({an.SPEC: spec, an.BASE: base}, t0=0.0, t1=90.0, slo=an.Slo())
+    assert minute["oracle_choice"] == {"0": an.BASE, "1": an.SPEC}
+
+
 def test_the_simulators_percentile_is_a_sample_value() -> None:
     assert math.isnan(an.pct([], 0.99))
     xs = [float(v) for v in range(100, 0, -1)]  # 100 values, unsorted

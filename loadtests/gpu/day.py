@@ -1,0 +1,179 @@
+"""A compressed day on one pair: the same open-loop arrivals through every policy in turn.
+
+The load follows ``--schedule`` (the schedule grammar of ``specgate simulate``, e.g. a ramp
+up past the crossover and back: ``ramp:1-40:50,40:20,ramp:40-1:50``), with Poisson
+arrivals and the corpus' requests drawn once (``--seed``) and replayed for every policy.
+One gateway (adaptive) fronts the pair; always-spec and always-base are the same gateway
+pinned to one engine (``POST /admin/route``), so the adaptive policy never reads requests
+it did not send as another replica's. ``direct:<engine>`` replays the day straight to one
+engine, no gateway (the Dynamic SD engine). Between policies the engines idle for
+``--gap`` seconds, longer than the gateway's scrape window, so no policy's acceptance
+window holds the previous one's traffic.
+
+The report is the scenario report of ``specgate simulate --scenario``: mean and p99 TPOT,
+TTFT, goodput, the oracle of the two statics per ``--window`` seconds (the compressed
+day's minute), adaptive's capture and time to switch, and the Dynamic SD engine (as
+``dynamic-sd``). Outputs under ``--out``: results.{json,csv,md,png}, minutes.csv,
+requests.csv, states.jsonl.
+
+Real engines (started by engines.py)::
+
+    python3 loadtests/gpu/day.py --target real --pair eagle3-lo --direct eagle3-dsd --out /tmp/day
+
+Emulated engines configured like the real ones::
+
+    .venv/bin/python loadtests/gpu/day.py --target emulated --pair eagle3-lo --direct eagle3-dsd \\
+        --out out/day
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, HERE)
+
+from engines import by_name  # noqa: E402
+from interleave import save_state, set_pin  # noqa: E402
+from sweep import gateway_config, start_target  # noqa: E402
+
+from gateway.bench.procs import Proc, free_port  # noqa: E402
+from gateway.bench.scenario_bench import SocketRecord, send_all  # noqa: E402
+from gateway.sim import analysis as an  # noqa: E402
+from gateway.sim import scenario_report  # noqa: E402
+from gateway.sim.scenarios import from_schedule, scenario_requests  # noqa: E402
+
+PINS = {"adaptive": "auto", "always-spec": "spec", "always-base": "base"}
+DYNAMIC_SD = "dynamic-sd"  # the report's name for the direct engine
+
+
+async def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    logdir = out / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    policies = [p for p in args.policies.split(",") if p]
+    bad = sorted(set(policies) - set(PINS))
+    if bad:
+        raise SystemExit(f"unknown policies {', '.join(bad)}; choose from {', '.join(PINS)}")
+    sc = from_schedule(args.schedule, temperature=args.temperature)
+    work = scenario_requests(
+        sc.phases, seed=args.seed, mix=None, temperature=args.temperature, max_tokens_cap=args.max_tokens_cap
+    )
+    spec, base = by_name(args.pair), by_name("base")
+    direct = by_name(args.direct) if args.direct else None
+    engines = [base, spec, *([direct] if direct else [])]
+    target = await start_target(args, engines, str(logdir))
+    port = free_port()
+    path = logdir / "gateway.yaml"
+    path.write_text(
+        yaml.safe_dump(gateway_config(port, spec, base, target.urls, "adaptive")), encoding="utf-8"
+    )
+    gw = Proc(
+        "gateway", ["serve", "--config", str(path), "--log-level", "WARNING"], str(logdir / "gateway.log")
+    )
+    url = f"http://127.0.0.1:{port}"
+    recs: dict[str, list[SocketRecord]] = {}
+    extra: dict[str, object] = {"ignore_eos": True}  # random weights stop at random: run to max_tokens
+    scale = target.time_scale
+    try:
+        await gw.start()
+        await gw.wait_ready(url + "/ready", timeout_s=60)
+        await asyncio.sleep(2.5)  # two scrapes: the gateway sees both engines
+        runs: list[tuple[str, str]] = [(p, p) for p in policies]
+        if direct is not None:
+            runs.append((DYNAMIC_SD, direct.name))
+        for i, (name, what) in enumerate(runs):
+            if i:
+                await asyncio.sleep(args.gap * scale)  # the engines idle: scrape windows empty
+            t0 = time.monotonic()
+            if name == DYNAMIC_SD and direct is not None:
+                e_url = target.urls[direct.name] + "/v1/chat/completions"
+                recs[name] = await send_all(e_url, work, scale, args.drain, model=direct.served, extra=extra)
+            else:
+                await set_pin(url, PINS[what])
+                recs[name] = await send_all(
+                    url + "/v1/chat/completions", work, scale, args.drain, extra=extra
+                )
+                await save_state(url, str(out / "states.jsonl"), policy=name)
+            done = sum(1 for r in recs[name] if r.finished_at is not None)
+            print(f"{name:>12}: {done}/{len(work)} finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
+    finally:
+        await gw.stop()
+        await target.stop()
+    slo = an.Slo(tpot_ms=args.tpot_slo_ms, ttft_ms=args.ttft_slo_ms)
+    report = scenario_report.build(recs, t0=args.warmup, t1=sc.duration_s, slo=slo, window_s=args.window)
+    with (out / "requests.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["policy", *SocketRecord.__dataclass_fields__])
+        w.writeheader()
+        for name, rs in recs.items():
+            w.writerows({"policy": name, **asdict(r)} for r in rs)
+    meta: dict[str, Any] = {
+        "command": "day.py " + " ".join(sys.argv[1:]),
+        "target": args.target,
+        "pair": args.pair,
+        "direct": args.direct,
+        "schedule": args.schedule,
+        "requests": len(work),
+        "seed": args.seed,
+        "temperature": args.temperature,
+        "max_tokens_cap": args.max_tokens_cap,
+        "time_scale": scale,
+    }
+    title = f"compressed day on {args.pair} ({args.target}): {args.schedule}"
+    md = scenario_report.write(report, meta, out, title)
+    scenario_report.plot(report, recs.get("adaptive"), sc.phases, out / "results.png", title)
+    print(md)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", choices=("real", "emulated"), required=True)
+    p.add_argument("--pair", default="eagle3-lo", help="the speculative engine paired with the plain one")
+    p.add_argument(
+        "--direct", default="", help="an engine of the set that replays the day alone (Dynamic SD)"
+    )
+    p.add_argument("--policies", default="adaptive,always-spec,always-base")
+    p.add_argument("--schedule", default="ramp:1-40:50,40:20,ramp:40-1:50", help="QPS schedule")
+    p.add_argument("--window", type=float, default=30.0, help="seconds per oracle window (the day's minute)")
+    p.add_argument("--warmup", type=float, default=5.0, help="arrivals before this are not reported")
+    p.add_argument("--gap", type=float, default=12.0, help="idle seconds between policies")
+    p.add_argument(
+        "--drain", type=float, default=60.0, help="seconds allowed to finish after the last arrival"
+    )
+    p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
+    p.add_argument("--max-tokens-cap", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
+    p.add_argument("--ttft-slo-ms", type=float, default=2000.0)
+    p.add_argument(
+        "--time-scale", type=float, default=1.0, help="emulated: keep 1 (the gateway runs on wall time)"
+    )
+    p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
+    p.add_argument(
+        "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
+    )
+    p.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.target == "real":
+        args.time_scale = 1.0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

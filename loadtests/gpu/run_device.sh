@@ -2,9 +2,12 @@
 # The real-GPU run, one stage per call on a machine with one H200 (no network there).
 #
 #   stage carry DIR   copy carried chunks (DIR/bundle.part*) into /tmp/wh
-#   stage up          reassemble + install vLLM 0.20.2, write the random-weight models,
+#   stage up          reassemble + install vLLM (the bundle's version), write the random-weight models,
 #                     start the engine set (engines.py), wait, probe the contract
 #   stage sweep ARGS  loadtests/gpu/sweep.py --target real ARGS, results tarred into $OUT
+#   stage interleave ARGS   loadtests/gpu/interleave.py --target real ARGS (policies in
+#                     interleaved windows), results and final /metrics pages tarred into $OUT
+#   stage day ARGS    loadtests/gpu/day.py --target real ARGS (a compressed day), likewise
 #
 # The wheel bundle (see README.md): a tar of vLLM 0.20.2's dependency wheels plus the vLLM
 # wheel's contents as vllm.tar.xz, split into <= 58 MB parts so that each call carries one.
@@ -63,6 +66,24 @@ sweep)
   python3 loadtests/gpu/sweep.py --target real --out "/tmp/$tag" "$@" 2>&1 | tee "$OUT/$tag.log"
   tar czf "$OUT/$tag.tar.gz" -C /tmp "$tag"
   tar czf "$OUT/vlogs-$tag.tar.gz" -C /tmp vlogs
+  ;;
+interleave|day)
+  tag=${TAG:-$stage}
+  python3 loadtests/gpu/engines.py status --logs /tmp/vlogs
+  python3 "loadtests/gpu/$stage.py" --target real --out "/tmp/$tag" "$@" 2>&1 | tee "$OUT/$tag.log"
+  rc=${PIPESTATUS[0]}
+  mkdir -p "/tmp/$tag/pages"
+  python3 - "/tmp/$tag/pages" <<'PY' || true
+import json, sys, urllib.request
+sys.path.insert(0, "loadtests/gpu")
+from engines import by_name
+for name in json.load(open("/tmp/vlogs/ready.json")):
+    with urllib.request.urlopen(by_name(name).url + "/metrics", timeout=10) as r:
+        open(f"{sys.argv[1]}/final-{name}.txt", "wb").write(r.read())
+PY
+  tar czf "$OUT/$tag.tar.gz" -C /tmp "$tag"
+  grep -hE "preempt|Preempt" /tmp/vlogs/*.log | tail -5
+  exit "$rc"
   ;;
 *)
   echo "unknown stage $stage" >&2

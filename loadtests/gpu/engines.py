@@ -39,6 +39,7 @@ class Engine:
     draft: str | None = None  # draft model folder name under --models (draft_model / eagle3)
     notes: str = ""
     extra: tuple[str, ...] = field(default=())
+    env: tuple[tuple[str, str], ...] = field(default=())  # extra environment of its process
 
     @property
     def served(self) -> str:
@@ -123,7 +124,22 @@ ENGINES: tuple[Engine, ...] = (
             "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 0]],
         },
         draft="qwen3-8b-eagle3",
-        notes="eagle3-lo with Dynamic SD (vLLM >= 0.24): K=3 up to batch 32, no drafts above",
+        notes="eagle3-lo with Dynamic SD (vLLM >= 0.24): K=3 up to batch 32, no drafts above; "
+        "on vLLM 0.26.0 the V2 model runner (its default here) fails to capture CUDA graphs with "
+        "K=0, so this engine runs the V1 runner, on which vLLM makes Dynamic SD's graphs piecewise",
+        env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),),
+    ),
+    Engine(
+        "eagle3-dsd1",
+        8106,
+        12.0,
+        {
+            **_synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+            "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 1]],
+        },
+        draft="qwen3-8b-eagle3",
+        notes="eagle3-lo with Dynamic SD on the V2 model runner (full CUDA graphs): K=3 up to "
+        "batch 32, K=1 above (K=0 fails its graph capture on vLLM 0.26.0)",
     ),
 )
 
@@ -182,6 +198,11 @@ def start(models: str, logs: str, names: list[str]) -> int:
     }
     pids: dict[str, int] = {}
     cmds: dict[str, list[str]] = {}
+    known = os.path.join(logs, "pids.json")
+    if os.path.exists(known):  # engines started earlier on this machine stay in the set
+        with open(known, encoding="utf-8") as fh:
+            old = json.load(fh)
+        pids, cmds = {**old["pids"]}, {**old["commands"]}
     for name in names:
         e = by_name(name)
         cmd = command(e, models)
@@ -191,7 +212,7 @@ def start(models: str, logs: str, names: list[str]) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env={**env, **dict(e.env)},
                 start_new_session=True,
             )
         pids[e.name] = p.pid

@@ -8,6 +8,7 @@
 #   stage interleave ARGS   loadtests/gpu/interleave.py --target real ARGS (policies in
 #                     interleaved windows), results and final /metrics pages tarred into $OUT
 #   stage day ARGS    loadtests/gpu/day.py --target real ARGS (a compressed day), likewise
+#   stage dsd         prints the Dynamic SD engine that came up (for direct:<engine> slots)
 #
 # The wheel bundle (see README.md): a tar of vLLM 0.20.2's dependency wheels plus the vLLM
 # wheel's contents as vllm.tar.xz, split into <= 58 MB parts so that each call carries one.
@@ -66,6 +67,9 @@ sweep)
   python3 loadtests/gpu/sweep.py --target real --out "/tmp/$tag" "$@" 2>&1 | tee "$OUT/$tag.log"
   tar czf "$OUT/$tag.tar.gz" -C /tmp "$tag"
   tar czf "$OUT/vlogs-$tag.tar.gz" -C /tmp vlogs
+  ;;
+dsd)  # the Dynamic SD engine that came up (ready.json), for direct:<engine> slots
+  python3 -c 'import json; r = json.load(open("/tmp/vlogs/ready.json")); print(next((n for n in ("eagle3-dsd", "eagle3-dsd1") if n in r), ""))'
   ;;
 interleave|day)
   tag=${TAG:-$stage}

@@ -130,6 +130,15 @@ ENGINES: tuple[Engine, ...] = (
         env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),),
     ),
     Engine(
+        "eagle3-lo-v1",
+        8107,
+        6.0,
+        _synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+        draft="qwen3-8b-eagle3",
+        notes="eagle3-lo on the V1 model runner: what the runner alone costs, beside eagle3-dsd",
+        env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),),
+    ),
+    Engine(
         "eagle3-dsd1",
         8106,
         12.0,

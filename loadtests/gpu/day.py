@@ -46,7 +46,7 @@ sys.path.insert(0, HERE)
 
 from engines import by_name  # noqa: E402
 from interleave import save_state, set_pin  # noqa: E402
-from sweep import gateway_config, start_target  # noqa: E402
+from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.scenario_bench import SocketRecord, send_all  # noqa: E402
@@ -139,40 +139,22 @@ async def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", choices=("real", "emulated"), required=True)
+    add_target_args(p)
     p.add_argument("--pair", default="eagle3-lo", help="the speculative engine paired with the plain one")
-    p.add_argument(
-        "--direct", default="", help="an engine of the set that replays the day alone (Dynamic SD)"
-    )
+    p.add_argument("--direct", default="", help="an engine replaying the day alone (Dynamic SD)")
     p.add_argument("--policies", default="adaptive,always-spec,always-base")
     p.add_argument("--schedule", default="ramp:1-40:50,40:20,ramp:40-1:50", help="QPS schedule")
     p.add_argument("--window", type=float, default=30.0, help="seconds per oracle window (the day's minute)")
     p.add_argument("--warmup", type=float, default=5.0, help="arrivals before this are not reported")
     p.add_argument("--gap", type=float, default=12.0, help="idle seconds between policies")
-    p.add_argument(
-        "--drain", type=float, default=60.0, help="seconds allowed to finish after the last arrival"
-    )
-    p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
-    p.add_argument("--max-tokens-cap", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--drain", type=float, default=60.0, help="seconds to finish after the last arrival")
     p.add_argument("--tpot-slo-ms", type=float, default=50.0)
     p.add_argument("--ttft-slo-ms", type=float, default=2000.0)
-    p.add_argument(
-        "--time-scale", type=float, default=1.0, help="emulated: keep 1 (the gateway runs on wall time)"
-    )
-    p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
-    p.add_argument(
-        "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
-    )
-    p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.target == "real":
-        args.time_scale = 1.0
-    return asyncio.run(run(args))
+    return run_main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def _synthetic(method: str, k: int, rates: list[float]) -> dict[str, Any]:
     }
 
 
+EAGLE3_LO = _synthetic("eagle3", 3, [0.4, 0.15, 0.05])  # AL 1.6
+V1_RUNNER = (("VLLM_USE_V2_MODEL_RUNNER", "0"),)  # vLLM's V1 model runner, where V2 is the default
+
 ENGINES: tuple[Engine, ...] = (
     Engine("base", 8100, 6.0, notes="plain engine"),
     Engine(
@@ -103,7 +106,7 @@ ENGINES: tuple[Engine, ...] = (
         "eagle3-lo",
         8103,
         6.0,
-        _synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+        EAGLE3_LO,
         draft="qwen3-8b-eagle3",
         notes="EAGLE-3 head (random weights), synthetic acceptance, AL 1.6",
     ),
@@ -120,30 +123,30 @@ ENGINES: tuple[Engine, ...] = (
         8105,
         12.0,  # the whole budget of a pair (two engines' 6 GiB): one engine instead of two
         {
-            **_synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+            **EAGLE3_LO,
             "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 0]],
         },
         draft="qwen3-8b-eagle3",
         notes="eagle3-lo with Dynamic SD (vLLM >= 0.24): K=3 up to batch 32, no drafts above; "
         "on vLLM 0.26.0 the V2 model runner (its default here) fails to capture CUDA graphs with "
         "K=0, so this engine runs the V1 runner, on which vLLM makes Dynamic SD's graphs piecewise",
-        env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),),
+        env=V1_RUNNER,
     ),
     Engine(
         "eagle3-lo-v1",
         8107,
         6.0,
-        _synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+        EAGLE3_LO,
         draft="qwen3-8b-eagle3",
         notes="eagle3-lo on the V1 model runner: what the runner alone costs, beside eagle3-dsd",
-        env=(("VLLM_USE_V2_MODEL_RUNNER", "0"),),
+        env=V1_RUNNER,
     ),
     Engine(
         "eagle3-dsd1",
         8106,
         12.0,
         {
-            **_synthetic("eagle3", 3, [0.4, 0.15, 0.05]),
+            **EAGLE3_LO,
             "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 1]],
         },
         draft="qwen3-8b-eagle3",

@@ -337,16 +337,10 @@ async def sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_load_args(p: argparse.ArgumentParser, *, conc: str, warmup: float, measure: float, per: str) -> None:
-    """The target and load options of every script that drives the set (this sweep, and
-    interleave.py); ``per`` names what one measured window is (a point, a window)."""
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    """The target (real engines or the emulator configured like them), the requests' content
+    and the output folder: what every script that drives the set takes."""
     p.add_argument("--target", choices=("real", "emulated"), required=True)
-    p.add_argument("--conc", default=conc, type=lambda s: [int(x) for x in s.split(",") if x])
-    p.add_argument("--warmup", type=float, default=warmup, help=f"seconds before each measured {per}")
-    p.add_argument("--measure", type=float, default=measure, help=f"measured seconds per {per}")
-    p.add_argument("--drain", type=float, default=20.0, help=f"seconds allowed to finish after a {per}")
-    p.add_argument("--request-timeout", type=float, default=120.0)
-    p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
     p.add_argument("--temperature", default="default", help="temperature distribution (corpus spec)")
     p.add_argument("--max-tokens-cap", type=int, default=256)
     p.add_argument("--seed", type=int, default=1)
@@ -356,6 +350,18 @@ def add_load_args(p: argparse.ArgumentParser, *, conc: str, warmup: float, measu
         "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
     )
     p.add_argument("--out", required=True)
+
+
+def add_load_args(p: argparse.ArgumentParser, *, conc: str, warmup: float, measure: float, per: str) -> None:
+    """The target and closed-loop load options of the scripts that measure windows (this
+    sweep, and interleave.py); ``per`` names what one measured window is (a point, a window)."""
+    add_target_args(p)
+    p.add_argument("--conc", default=conc, type=lambda s: [int(x) for x in s.split(",") if x])
+    p.add_argument("--warmup", type=float, default=warmup, help=f"seconds before each measured {per}")
+    p.add_argument("--measure", type=float, default=measure, help=f"measured seconds per {per}")
+    p.add_argument("--drain", type=float, default=20.0, help=f"seconds allowed to finish after a {per}")
+    p.add_argument("--request-timeout", type=float, default=120.0)
+    p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")
 
 
 def run_main(args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]) -> int:

@@ -16,8 +16,7 @@ import pytest
 
 from gateway.engines.parse import parse_metrics
 from gateway.proxy.sse import Harvest
-from tests.gpu.test_real_vllm_contract import families
-from tests.gpu.vllm_families import READ_BY_GATEWAY, REMOVED, SPEC_FAMILIES
+from tests.gpu.test_real_vllm_contract import assert_gateway_families
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm-0.26.0"
 RATES = (0.4, 0.15, 0.05)
@@ -35,14 +34,7 @@ def probe() -> dict[str, dict[str, dict[str, object]]]:
 
 @pytest.mark.parametrize("engine", ["base", *SPEC_ENGINES])
 def test_every_family_the_gateway_reads_is_still_on_the_page(engine: str) -> None:
-    fams = families(page(engine))
-    for name in READ_BY_GATEWAY:
-        assert name in fams, name
-        assert {"model_name", "engine"} <= fams[name][1], name
-    for name in REMOVED:
-        assert name not in fams, name
-    has_spec = [name in fams for name in SPEC_FAMILIES]
-    assert all(has_spec) if engine != "base" else not any(has_spec)
+    assert_gateway_families(page(engine), speculative=engine != "base")
 
 
 @pytest.mark.parametrize("engine", list(SPEC_ENGINES))

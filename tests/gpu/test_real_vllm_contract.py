@@ -58,16 +58,23 @@ def counter(text: str, name: str, model: str) -> float:
     return total
 
 
-@pytest.mark.parametrize("engine", ["base", *SPEC_ENGINES])
-def test_every_family_the_gateway_reads_is_on_the_real_page(engine: str) -> None:
-    fams = families(page(f"final-{engine}"))
+def assert_gateway_families(text: str, speculative: bool) -> dict[str, tuple[str, set[str]]]:
+    """Every family the gateway reads is on the page with its labels, none it no longer
+    expects is, and the spec-decode families are there exactly on a speculative engine."""
+    fams = families(text)
     for name in READ_BY_GATEWAY:
         assert name in fams, name
         assert {"model_name", "engine"} <= fams[name][1], name
     for name in REMOVED:
         assert name not in fams, name
     has_spec = [name in fams for name in SPEC_FAMILIES]
-    assert all(has_spec) if engine != "base" else not any(has_spec)
+    assert all(has_spec) if speculative else not any(has_spec)
+    return fams
+
+
+@pytest.mark.parametrize("engine", ["base", *SPEC_ENGINES])
+def test_every_family_the_gateway_reads_is_on_the_real_page(engine: str) -> None:
+    fams = assert_gateway_families(page(f"final-{engine}"), speculative=engine != "base")
     if engine != "base":
         assert fams["vllm:spec_decode_num_accepted_tokens_per_pos"][1] == {"model_name", "engine", "position"}
         assert fams["vllm:spec_decode_num_drafts"][0] == "counter"

@@ -29,7 +29,9 @@ from tests.deploy.helpers import COMPOSE_DIR, REPO, interpolate, require_tool
 from tests.deploy.test_stack_smoke import free_port, get
 
 BUILD = REPO / "deploy" / "image" / "build.sh"
-TAG = "localhost/specgate:test-image-build"
+# Per run: two suites on one host (a developer's and CI's, or a second copy loading the
+# machine) must not remove each other's image, and with it the containers running from it.
+TAG = f"localhost/specgate:test-image-build-{os.getpid()}"
 BASE = "localhost/specgate-base:bookworm"
 
 

@@ -73,6 +73,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="h200-qwen3-8b",
         help="step-time profile (default %(default)s)",
     )
+    e.add_argument(
+        "--spec-cost-scale",
+        type=float,
+        default=1.0,
+        help="what speculation adds to a step (verifying drafts, drafting) as a multiple of the "
+        "profile's price: an engine whose truth differs from the profile the gateway assumes "
+        "(default %(default)s)",
+    )
     e.add_argument("--device", default="gpu0", help="device timeline name; engines on one device share it")
     e.add_argument(
         "--time-scale",
@@ -126,6 +134,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
             device=args.device,
             per_request_metrics=args.per_request_spec_decode_metrics == "summary",
             num_gpu_blocks=args.num_gpu_blocks_override,
+            spec_cost_scale=args.spec_cost_scale,
         )
         for ln in launches:
             ln.faults = faults.model_copy()
@@ -141,6 +150,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
         profile=args.profile,
         seed=args.seed,
         num_gpu_blocks=args.num_gpu_blocks_override,
+        spec_cost_scale=args.spec_cost_scale,
     )
     return [
         EngineLaunch(

@@ -277,6 +277,7 @@ class Engine:
             ctx_sum=ctx_sum,
             drafted_k=drafted_k,
             overhead_ms=self.step_overhead_ms,
+            spec_cost_scale=cfg.spec_cost_scale,
         )
         self._plan = plan
         return plan

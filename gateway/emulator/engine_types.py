@@ -35,6 +35,9 @@ class EngineConfig:
     #: KV blocks of 16 tokens (the real H200 fixture engine had 4185 at 0.42 memory).
     num_gpu_blocks: int = 4185
     block_size: int = 16
+    #: What speculation adds to a step (verification beyond one token, drafting) as a
+    #: multiple of the profile's price: 1 = the profile (see ``stepcost.price_step``).
+    spec_cost_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ Engines that name the same ``device`` share one GPU timeline (one
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +122,7 @@ def pair_launches(
     device: str = "gpu0",
     per_request_metrics: bool = False,
     num_gpu_blocks: int = 4185,
+    spec_cost_scale: float = 1.0,
 ) -> list[EngineLaunch]:
     """A speculative and a plain engine of one model on one device timeline."""
     common: dict[str, Any] = {
@@ -133,7 +135,12 @@ def pair_launches(
     }
     return [
         EngineLaunch(
-            EngineConfig(served_model_name=name_spec, spec=parse_spec_config(speculative_config), **common),
+            EngineConfig(
+                served_model_name=name_spec,
+                spec=parse_spec_config(speculative_config),
+                spec_cost_scale=spec_cost_scale,
+                **common,
+            ),
             host=host,
             port=port_spec,
             device=device,
@@ -203,6 +210,13 @@ def process_death(runner: web.AppRunner) -> Callable[[], Awaitable[None]]:
     return close
 
 
+def _cost_scale(v: object) -> float:
+    x = float(v) if isinstance(v, (int, float, str)) else math.nan
+    if not 0.0 <= x <= 10.0:
+        raise ValueError(f"spec_cost_scale must be within 0..10, got {v!r}")
+    return x
+
+
 def load_config(path: str) -> tuple[list[EngineLaunch], float]:
     """Engines from a YAML file::
 
@@ -214,6 +228,7 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
         speculative_config: {method: ngram, num_speculative_tokens: 5, prompt_lookup_min: 2}
         profile: h200-qwen3-8b
         max_num_seqs: 256
+        spec_cost_scale: 1.0  # what speculation adds to a step, x the profile's price
       - served_model_name: qwen3-8b-base
         port: 8102
         device: gpu0
@@ -235,6 +250,7 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
         "max_num_batched_tokens",
         "seed",
         "num_gpu_blocks",
+        "spec_cost_scale",
         "disable_log_stats",
         "per_request_spec_decode_metrics",
         "faults",
@@ -256,6 +272,7 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
             profile=str(e.get("profile", "h200-qwen3-8b")),
             seed=int(e.get("seed", 0)),
             num_gpu_blocks=int(e.get("num_gpu_blocks", 4185)),
+            spec_cost_scale=_cost_scale(e.get("spec_cost_scale", 1.0)),
         )
         launches.append(
             EngineLaunch(

@@ -27,11 +27,17 @@ def price_step(
     ctx_sum: int,
     drafted_k: int,
     overhead_ms: float,
+    spec_cost_scale: float = 1.0,
 ) -> StepPlan:
     """The plan of a step serving ``entries`` (not empty): ``n_dec`` decoding requests
     verifying ``dec_tokens`` tokens in all (drafts included) over ``ctx_sum`` tokens of
     context, the longest draft ``drafted_k``, the speculative length ``k_now`` this step
-    (Dynamic SD), and ``overhead_ms`` of extra host time."""
+    (Dynamic SD), and ``overhead_ms`` of extra host time.
+
+    ``spec_cost_scale`` scales what speculation adds to a step (verifying the drafts beyond
+    one token per sequence, and drafting): the part of the physics a profile measured on
+    one drafter and one vLLM version predicts least well. 1 = the profile; the simulator
+    sets it to run engines whose truth differs from the router's prior."""
     prefill_tokens = sum(e.prefill for e in entries)
     n_prefill = sum(1 for e in entries if e.prefill)
     batch = n_dec + n_prefill
@@ -45,7 +51,10 @@ def price_step(
         # costs is the whole-step overhead vLLM issue 49548 measured against plain decoding.
         step_ms *= 1.0 + k0_overhead(batch)
     elif spec is not None and n_dec:
-        draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx)
+        draft_ms = draft_cost_ms(prof, spec, drafted_k, n_dec, ctx) * spec_cost_scale
+        if spec_cost_scale != 1.0 and dec_tokens > n_dec:
+            plain_ms = prof.step_ms(batch, 1.0, ctx) + prof.prefill_ms(prefill_tokens)
+            step_ms = plain_ms + spec_cost_scale * (step_ms - plain_ms)
     total_ms = step_ms + draft_ms + overhead_ms
     return StepPlan(
         batch=batch,

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
 from gateway.sim.report import markdown as md_table
@@ -67,6 +68,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=32,
         help=f"{DYNAMIC_SD}: speculate with K=k up to this many running requests, K=0 above",
+    )
+    parser.add_argument(
+        "--spec-config",
+        default="{}",
+        help="JSON object of more speculative-config keys for the spec engine, as vLLM takes them, "
+        "merged over --method and -k (e.g. synthetic acceptance: "
+        '\'{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.4, 0.15, 0.05]}\')',
+    )
+    parser.add_argument("--max-num-seqs", type=int, default=256, help="both engines' max_num_seqs")
+    parser.add_argument(
+        "--spec-cost-scale",
+        type=float,
+        default=1.0,
+        help="the simulated spec engine's truth: what speculation adds to a step (verifying drafts, "
+        "drafting) as a multiple of the profile the router assumes; e.g. 0.5 (cheaper than the "
+        "router's prior) or 1.5 (dearer) to check that routing follows measured latency, not the model",
+    )
+    parser.add_argument(
+        "--spec-overhead-ms",
+        type=float,
+        default=0.0,
+        help="the simulated spec engine's truth: host time every one of its steps takes beyond the "
+        "profile's (a fixed cost weighs most on small batches)",
     )
     parser.add_argument(
         "--routing", default="{}", help="JSON object of extra routing config fields for the adaptive policy"
@@ -151,6 +175,10 @@ def _sim_config(
         k=args.k,
         prompt_lookup_min=args.prompt_lookup_min,
         prompt_lookup_max=args.prompt_lookup_max,
+        spec_cost_scale=args.spec_cost_scale,
+        spec_extra=json.loads(args.spec_config),
+        spec_overhead_ms=args.spec_overhead_ms,
+        max_num_seqs=args.max_num_seqs,
         routing=routing if policy == ADAPTIVE else {},
         phases=phases,
         warmup_s=args.warmup,
@@ -166,6 +194,16 @@ def main(args: argparse.Namespace) -> int:
         routing = json.loads(args.routing)
         if not isinstance(routing, dict):
             raise ValueError("--routing must be a JSON object")
+        extra = json.loads(args.spec_config)
+        if not isinstance(extra, dict):
+            raise ValueError("--spec-config must be a JSON object")
+        parse_spec_config({"method": args.method, "num_speculative_tokens": args.k, **extra})
+        if not 1 <= args.max_num_seqs <= 4096:
+            raise ValueError("--max-num-seqs must be 1..4096")
+        if not 0.0 <= args.spec_overhead_ms <= 1000.0:
+            raise ValueError("--spec-overhead-ms must be within 0..1000")
+        if not 0.0 <= args.spec_cost_scale <= 10.0:
+            raise ValueError("--spec-cost-scale must be within 0..10")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
         if args.replicas is not None and not 1 <= args.replicas <= 64:

@@ -41,6 +41,14 @@ class SimConfig:
     # --pair` / `specgate bench` declares 2..5, which drafts more often).
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
+    # The spec engine's truth against the router's profile: what speculation adds to a step
+    # (verification beyond one token, drafting) × this. 1 = the router's prior is right.
+    spec_cost_scale: float = 1.0
+    spec_overhead_ms: float = 0.0  # ...and host time every spec step adds beyond the profile's
+    # More of the speculative config (vLLM's --speculative-config keys), e.g. synthetic
+    # acceptance rates; merged over method and k.
+    spec_extra: dict[str, object] = field(default_factory=dict)
+    max_num_seqs: int = 256  # both engines' scheduler cap
     max_tokens_cap: int = 1024
     drain_s: float = 300.0  # stop this long after the last arrival even if requests remain
     # Requests arriving before this are run but left out of the summary (the run starts
@@ -170,6 +178,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
     if cfg.method in PROMPT_LOOKUP_METHODS:
         raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
+    raw_spec.update(cfg.spec_extra)
     if dynamic:
         raw_spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in cfg.dynamic_k]
     spec_cfg = parse_spec_config(raw_spec)
@@ -178,9 +187,23 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     device = Device("gpu0")
     obs_s, obs_b = ItlObserver(), ItlObserver()
     spec_eng = device.attach(
-        Engine(EngineConfig(MODEL, spec=spec_cfg, profile=cfg.profile, seed=cfg.seed), observer=obs_s)
+        Engine(
+            EngineConfig(
+                MODEL,
+                spec=spec_cfg,
+                profile=cfg.profile,
+                seed=cfg.seed,
+                spec_cost_scale=cfg.spec_cost_scale,
+                max_num_seqs=cfg.max_num_seqs,
+            ),
+            observer=obs_s,
+        )
     )
-    base_eng = Engine(EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed), observer=obs_b)
+    spec_eng.step_overhead_ms = cfg.spec_overhead_ms
+    base_eng = Engine(
+        EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed, max_num_seqs=cfg.max_num_seqs),
+        observer=obs_b,
+    )
     if not dynamic:
         device.attach(base_eng)
     mons = {

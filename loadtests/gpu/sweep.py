@@ -70,7 +70,12 @@ class Target:
 
 
 def emulator_yaml(
-    engines: list[Engine], ports: dict[str, int], blocks: dict[str, int], profile: str, time_scale: float
+    engines: list[Engine],
+    ports: dict[str, int],
+    blocks: dict[str, int],
+    profile: str,
+    time_scale: float,
+    spec_cost_scale: float = 1.0,
 ) -> str:
     """An ``specgate emulate --config`` file with the real set's flags (one device timeline)."""
     out = []
@@ -87,6 +92,7 @@ def emulator_yaml(
         sc = e.spec_config("/models")
         if sc is not None:
             d["speculative_config"] = sc
+            d["spec_cost_scale"] = spec_cost_scale
         out.append(d)
     # time_scale lives in the file: `specgate emulate --config` reads it from there.
     return yaml.safe_dump({"time_scale": time_scale, "engines": out}, sort_keys=False)
@@ -99,7 +105,9 @@ async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: 
     blocks = json.loads(args.emu_blocks) if args.emu_blocks else {}
     path = os.path.join(logdir, "emulator.yaml")
     with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
-        fh.write(emulator_yaml(engines, ports, blocks, args.emu_profile, args.time_scale))
+        fh.write(
+            emulator_yaml(engines, ports, blocks, args.emu_profile, args.time_scale, args.emu_spec_cost_scale)
+        )
     proc = Proc(
         "emulator",
         ["emulate", "--config", path],
@@ -348,6 +356,13 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
     p.add_argument(
         "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
+    )
+    p.add_argument(
+        "--emu-spec-cost-scale",
+        type=float,
+        default=1.0,
+        help="emulated: what speculation adds to a step x the profile's price (a truth unlike the "
+        "gateway's prior, e.g. 0.5 where the real engines verified cheaper than the profile)",
     )
     p.add_argument("--out", required=True)
 

@@ -6,7 +6,9 @@ import pytest
 
 from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig
+from gateway.emulator.engine_types import StepEntry
 from gateway.emulator.spec import SpecConfigError, parse_spec_config
+from gateway.emulator.stepcost import price_step
 from gateway.emulator.textgen import PromptKind, classify
 from gateway.physics import get_profile
 from tests.emulator.conftest import NGRAM5, run_all, run_sequential
@@ -54,6 +56,31 @@ def test_step_time_follows_the_profile_and_prefill_costs_time() -> None:
     run_sequential(dev, eng, [long], t0)
     assert long.first_token_at is not None
     assert long.first_token_at - t0 > (short.first_token_at - 0.0) + prof.prefill_ms(2500) / 1e3
+
+
+def test_spec_cost_scale_scales_what_speculation_adds_and_nothing_else() -> None:
+    """The knob that makes an engine's truth differ from the profile: verifying drafts and
+    drafting cost ``spec_cost_scale`` × the profile's price; the plain step under it, and
+    a step without speculation, are untouched."""
+    prof = get_profile("h200-qwen3-8b")
+    eng = Engine(EngineConfig("m"))
+    entries = [StepEntry(eng.make_request("hello", max_tokens=8, seed=i)) for i in range(32)]
+    ngram = parse_spec_config(NGRAM5)
+
+    def step_ms(scale: float, spec: bool) -> float:
+        plan = price_step(
+            entries, profile=prof, spec=ngram if spec else None, k_now=5, n_dec=32,
+            dec_tokens=32 * 6 if spec else 32, ctx_sum=32 * 1024, drafted_k=5 if spec else 0,
+            overhead_ms=0.0, spec_cost_scale=scale,
+        )  # fmt: skip
+        return plan.duration_s * 1e3
+
+    plain = step_ms(1.0, spec=False)
+    assert step_ms(0.5, spec=False) == plain
+    full, half, none = step_ms(1.0, True), step_ms(0.5, True), step_ms(0.0, True)
+    assert none == pytest.approx(plain)  # nothing added: a plain step
+    assert full > 1.2 * plain
+    assert half - none == pytest.approx((full - none) / 2)
 
 
 def test_long_prompts_are_prefilled_in_chunks() -> None:

@@ -61,7 +61,7 @@ def test_yaml_config_and_unknown_keys(tmp_path: Path) -> None:
         "engines:\n"
         "  - {served_model_name: a, port: 0, device: g1, speculative_config: "
         "{method: ngram, num_speculative_tokens: 3, prompt_lookup_min: 2}, "
-        "per_request_spec_decode_metrics: summary}\n"
+        "per_request_spec_decode_metrics: summary, spec_cost_scale: 0.5}\n"
         "  - {served_model_name: b, port: 0, device: g1, disable_log_stats: true, faults: {error_rate: 1}}\n"
     )
     launches, scale = load_config(str(good))
@@ -72,9 +72,13 @@ def test_yaml_config_and_unknown_keys(tmp_path: Path) -> None:
     assert (
         launches[0].per_request_metrics and not launches[1].log_stats and launches[1].faults.error_rate == 1
     )
+    assert [ln.config.spec_cost_scale for ln in launches] == [0.5, 1.0]
     bad = tmp_path / "bad.yaml"
     bad.write_text("engines:\n  - {served_model_name: a, colour: blue}\n")
     with pytest.raises(ValueError, match="colour"):
+        load_config(str(bad))
+    bad.write_text("engines:\n  - {served_model_name: a, spec_cost_scale: -1}\n")
+    with pytest.raises(ValueError, match="spec_cost_scale"):
         load_config(str(bad))
 
 
@@ -84,7 +88,7 @@ async def test_engines_on_one_device_share_a_driver_and_flags_apply(tmp_path: Pa
         "engines:\n"
         "  - {served_model_name: a, port: 0, device: g1, speculative_config: "
         "{method: ngram, num_speculative_tokens: 3, prompt_lookup_min: 2}, "
-        "per_request_spec_decode_metrics: summary}\n"
+        "per_request_spec_decode_metrics: summary, spec_cost_scale: 0.5}\n"
         "  - {served_model_name: b, port: 0, device: g1, disable_log_stats: true}\n"
         "  - {served_model_name: c, port: 0, device: g2}\n"
     )

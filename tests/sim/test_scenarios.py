@@ -76,6 +76,38 @@ def test_dynamic_sd_baseline_runs_one_engine_that_drops_to_k0_above_its_batch(tm
     assert cli_simulate.main(_args("--schedule", "1:5", "--dynamic-sd-max-batch", "0")) == 2
 
 
+SYNTHETIC = '{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.2, 0.1]}'
+
+
+def test_the_engines_truth_and_config_can_differ_from_the_routers_prior(tmp_path: Path) -> None:
+    """--spec-config, --max-num-seqs and --spec-cost-scale reach the simulated engines:
+    speculation made dearer than the profile says makes always-spec slower; the run's
+    settings are in the report; bad values are refused before anything runs."""
+
+    def spec_tpot(*extra: str) -> float:
+        out = tmp_path / "x".join(extra).replace("/", "_")[:60]
+        args = _args(
+            "--schedule", "8:20", "--policies", "always-spec", "--warmup", "0",
+            "--method", "eagle3", "-k", "3", "--max-num-seqs", "16", "--out", str(out),
+            "--spec-config", SYNTHETIC, *extra,
+        )  # fmt: skip
+        assert cli_simulate.main(args) == 0
+        data = json.loads((out / "results.json").read_text())
+        assert data["meta"]["max_num_seqs"] == 16
+        assert data["meta"]["spec_config"]["synthetic_acceptance_rates"] == [0.5, 0.2, 0.1]
+        return float(data["rows"][0]["mean_tpot_ms"])
+
+    assert spec_tpot("--spec-cost-scale", "3") > 1.1 * spec_tpot()
+    for bad in (
+        ("--spec-config", "[1]"),
+        ("--spec-config", '{"num_speculative_tokens": 0}'),
+        ("--max-num-seqs", "0"),
+        ("--spec-cost-scale", "-1"),
+        ("--spec-overhead-ms", "-1"),
+    ):
+        assert cli_simulate.main(_args("--schedule", "1:5", "--out", str(tmp_path), *bad)) == 2
+
+
 def test_cli_lists_scenarios_and_rejects_unknown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli_simulate.main(_args("--scenario", "list")) == 0
     listed = capsys.readouterr().out

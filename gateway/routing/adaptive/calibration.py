@@ -1,20 +1,29 @@
-"""Measured latency against the model: how far the speculative engine's model is off.
+"""Measured latency against the model: how far the model is off, per engine and per load.
 
 The cost model predicts each request's time per output token on the engine it is sent to
 (step times from the calibration profile at the pair's load, tokens per step from the
 request's class). The gateway then measures what the request actually got. Part of the
 gap is common to both engines (the profile read at the wrong context length, host
-overheads): plain decoding is the same physics on either
-engine, so the plain engine's gap is taken as that common part. What remains on the
-speculative engine (acceptance, drafts, verification cost, all of it at the current load
-and temperature) is speculation's own error, and the spec regime's cost is scaled by it:
-at high load or high temperature the model can be off by as much as the two regimes
-differ, and only measurement can tell.
+overheads): plain decoding is the same physics on either engine, so the plain engine's
+gap is taken as that common part. What remains on the speculative engine (acceptance,
+drafts, verification cost, all of it at the current load and temperature) is
+speculation's own error, and the spec regime's cost is scaled by it: at high load or high
+temperature the model can be off by as much as the two regimes differ, and only
+measurement can tell.
+
+The error depends on the load: a profile can price verification right for a batch of
+four and wrong for a batch of sixty-four (on a real H200 the EAGLE-3 pair verified its
+drafts at batch 64 far cheaper than the profile said, and a load-blind correction learned
+at light load then held the pair on plain through the peak). So measurements are kept
+per load (half-octave bins of the requests in flight the request found) and read through
+a one-octave kernel: the error at a load is what was measured there and nearby, and at a
+load never measured it is what was measured at the nearest loads, shrunk toward the model.
 
 Only clean measurements count: a request decided while the other engine of the pair was
-busy shared the device with it (it waited for both engines' steps), and one decided while
-its engine had a queue measures that engine's prefill and queue, which would weigh on
-either engine alike; the policy hands back no prediction for those. A gap is evidence
+busy shared the device with it (it waited for both engines' steps), and a probe ran beside
+the other regime; the policy hands back no prediction for those. A request that queued
+counts: time per output token starts at its first token, so the queue is not in it, and
+the batch it ran in is the engine's cap, which is what the model prices. A gap is evidence
 about the traffic and load it was measured on: an engine that serves nothing is no longer
 measured, and its estimate relaxes to zero (the model) as its measurements age.
 """
@@ -28,6 +37,10 @@ from gateway.routing.types import Route
 
 _MAX_LOG_RATIO = 1.0  # one request's log ratio is clipped to ±1
 _MIN_TOKENS = 16  # shorter answers give too noisy a time per token
+_BINS_PER_OCTAVE = 2
+# Kernel weight of a bin by its distance in bins (a Gaussian of one octave's width): the
+# neighbouring half-octave counts 0.88, an octave 0.61, two octaves 0.14.
+_KERNEL = (*(math.exp(-0.5 * (d / _BINS_PER_OCTAVE) ** 2) for d in range(12)), 0.0)
 
 
 @dataclass
@@ -45,44 +58,83 @@ class _Track:
         self.at = now if self.at is None else max(self.at, now)
 
 
+def load_bin(load: float) -> int:
+    """The half-octave bin of a load (requests in flight, at least 1)."""
+    return round(math.log2(max(1.0, load)) * _BINS_PER_OCTAVE)
+
+
 @dataclass
 class LatencyBias:
-    """Per engine, the mean log(measured ÷ modelled) time per token of the requests of the
-    last ``tau_s`` seconds (exponentially weighted), shrunk toward 0 by ``prior_weight``
-    pseudo-requests: a few requests barely move it, a steady stream sets it, and once an
-    engine serves nothing its weight decays and the estimate returns to the model."""
+    """Per engine and load bin, the mean log(measured ÷ modelled) time per token of the
+    requests of the last ``tau_s`` seconds (exponentially weighted); read at a load through
+    a kernel over the bins and shrunk toward 0 by ``prior_weight`` pseudo-requests: a few
+    requests barely move it, a steady stream sets it, and once an engine serves nothing
+    its weight decays and the estimate returns to the model."""
 
     tau_s: float = 30.0
     prior_weight: float = 10.0
-    tracks: dict[Route, _Track] = field(default_factory=lambda: {r: _Track() for r in Route})
+    tracks: dict[tuple[Route, int], _Track] = field(default_factory=dict)
+    samples: dict[Route, int] = field(default_factory=lambda: dict.fromkeys(Route, 0))
 
-    def log_bias(self, route: Route, now: float) -> float:
-        t = self.tracks[route]
-        t.decay(now, self.tau_s)
-        w = t.weight + self.prior_weight
-        return t.total / w if w > 0 else 0.0
+    def log_bias(self, route: Route, now: float, load: float | None = None) -> float:
+        """The log error at ``load`` (None: over every load alike)."""
+        at = None if load is None else load_bin(load)
+        num = den = 0.0
+        for (r, b), t in self.tracks.items():
+            if r is not route:
+                continue
+            t.decay(now, self.tau_s)
+            k = 1.0 if at is None else _KERNEL[min(abs(b - at), len(_KERNEL) - 1)]
+            num += k * t.total
+            den += k * t.weight
+        w = den + self.prior_weight
+        return num / w if w > 0 else 0.0
 
-    def factor(self, route: Route, now: float) -> float:
-        """Measured ÷ modelled time per token on ``route`` (1 = the model is right): for
-        the plain engine the common part, for the speculative engine what it adds."""
-        return math.exp(self.log_bias(route, now))
+    def factor(self, route: Route, now: float, load: float | None = None) -> float:
+        """Measured ÷ modelled time per token on ``route`` at ``load`` (1 = the model is
+        right): for the plain engine the common part, for the speculative engine what it adds."""
+        return math.exp(self.log_bias(route, now, load))
 
-    def observe(self, route: Route, measured_s: float, predicted_s: float, tokens: int, now: float) -> bool:
-        """Fold one finished request in; False when it is not a usable measurement."""
+    def observe(
+        self,
+        route: Route,
+        measured_s: float,
+        predicted_s: float,
+        tokens: int,
+        now: float,
+        load: float = 1.0,
+    ) -> bool:
+        """Fold one finished request in (``load``: the requests in flight it found); False
+        when it is not a usable measurement."""
         if tokens < _MIN_TOKENS or not (measured_s > 0 and predicted_s > 0):
             return False
         r = math.log(measured_s / predicted_s)
-        if route is Route.SPEC:
-            r -= self.log_bias(Route.BASE, now)  # the common part, as the plain engine shows it
-        t = self.tracks[route]
+        if route is Route.SPEC:  # the common part, as the plain engine shows it at this load
+            r -= self.log_bias(Route.BASE, now, load)
+        t = self.tracks.setdefault((route, load_bin(load)), _Track())
         t.decay(now, self.tau_s)
         t.total += max(-_MAX_LOG_RATIO, min(_MAX_LOG_RATIO, r))
         t.weight += 1.0
         t.samples += 1
+        self.samples[route] += 1
         return True
 
     def snapshot(self, now: float) -> dict[str, object]:
-        return {
-            r.value: {"factor": round(self.factor(r, now), 4), "samples": self.tracks[r].samples}
-            for r in Route
-        }
+        out: dict[str, object] = {}
+        for r in Route:
+            bins = sorted((b, t) for (rr, b), t in self.tracks.items() if rr is r)
+            out[r.value] = {
+                "factor": round(self.factor(r, now), 4),
+                "samples": self.samples[r],
+                # per load bin with live weight: the load it starts at, its factor, its weight
+                "by_load": [
+                    {
+                        "load": round(2.0 ** (b / _BINS_PER_OCTAVE), 1),
+                        "factor": round(self.factor(r, now, 2.0 ** (b / _BINS_PER_OCTAVE)), 4),
+                        "weight": round(t.weight, 2),
+                    }
+                    for b, t in bins
+                    if t.weight >= 0.5
+                ],
+            }
+        return out

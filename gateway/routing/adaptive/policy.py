@@ -142,10 +142,10 @@ class AdaptivePolicy:
         device = self.shared.view(spec, base, now)
         shared = self.shared.shared(now)
         self.mode.premium = self.mode.margin if shared else 0.0
-        self._loads.append((now, in_flight))
+        load = self.live.batch(in_flight + 1.0)
+        self._loads.append((now, load))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
             self._loads.popleft()
-        load = self.live.batch(in_flight + 1.0)
         costs = self._regime(load)
         self._last_costs = costs
         speedup = costs.speedup
@@ -211,14 +211,14 @@ class AdaptivePolicy:
         self.shared.record(now, spec, base, route)
         # What the model alone predicts for this request on its engine, for the bias to learn
         # from; only when the request will have the device to its engine (no probe, the
-        # other engine idle) and will not queue (a saturated engine's time per token is
-        # its prefill and queue at work, which would weigh on either engine alike).
-        other_runs, chosen = (device.runs_base, spec) if route is Route.SPEC else (device.runs_spec, base)
+        # other engine idle). One that queues counts: its time per token starts at its
+        # first token, in the engine's full batch, which the model prices at the cap.
+        other_runs = device.runs_base if route is Route.SPEC else device.runs_spec
         predicted: float | None = None
-        if not probe and not other_runs and not (chosen.stats.waiting or 0.0) > 0:
+        if not probe and not other_runs:
             ms = costs.base_ms
             if route is Route.SPEC:  # the model's own prediction
-                ms = decode_ms / self.bias.factor(Route.SPEC, now) + costs.shared_ms
+                ms = decode_ms / self.bias.factor(Route.SPEC, now, load) + costs.shared_ms
             predicted = ms / 1000.0
         d = decide_route(
             pair,
@@ -247,23 +247,24 @@ class AdaptivePolicy:
             self._quiet = True
         return self._quiet
 
-    def _load_held(self, outcome: Outcome, now: float) -> bool:
-        """Whether the pair's load held while the request ran: its prediction was made at
-        the load it found, and a request that met a rising (or falling) load measured that
-        change, not the model's error. A cold start at high QPS fills the engine within the
-        first requests' lives, and would teach the bias that the engine is slow."""
-        if outcome.tpot_s is None:
-            return False
+    def _load_held(self, outcome: Outcome, now: float) -> float | None:
+        """The load (batch) the request found, if the pair's load held while it ran (else
+        None): its prediction was made at the load it found, and a request that met a
+        rising (or falling) load measured that change, not the model's error. A cold start
+        at high QPS fills the engine within the first requests' lives, and would teach the
+        bias that the engine is slow."""
+        if outcome.tpot_s is None or outcome.probe:
+            return None
         start = now - (outcome.ttft_s or 0.0) - outcome.tpot_s * max(0, outcome.completion_tokens - 1)
         life: list[float] = []
         for t, n in reversed(self._loads):  # newest first, back to the request's start
             if t < start:
                 break
             life.append(n)
-        if not life:
-            return True  # no other request arrived meanwhile: the load it found held
+        if not life:  # no other request arrived meanwhile: the load it found held
+            return self._loads[-1][1] if self._loads else 1.0
         found, mean = life[-1], sum(life) / len(life)
-        return abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR)
+        return found if abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR) else None
 
     def _handover(self, target: Route, pair: PairView, now: float) -> bool:
         """Whether the request still goes to the old mode's engine after a flip.
@@ -357,7 +358,7 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self.live.last_update),
+            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self.live.last_update, load),
             scale_base=self.live.scale_base,
             margin=self.mode.margin,
             method=self.method,
@@ -369,15 +370,10 @@ class AdaptivePolicy:
     def observe(self, outcome: Outcome, now: float) -> None:
         if not outcome.ok:
             return
-        if (
-            outcome.predicted_tpot_s is not None
-            and outcome.tpot_s is not None
-            and not outcome.probe
-            and self._load_held(outcome, now)
-        ):
-            self.bias.observe(
-                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, outcome.completion_tokens, now
-            )
+        found = self._load_held(outcome, now)
+        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and found is not None:
+            tokens = outcome.completion_tokens
+            self.bias.observe(outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found)
         if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
             dur = outcome.ttft_s + outcome.tpot_s * max(0, outcome.completion_tokens - 1)
             self._duration_s += 0.05 * (dur - self._duration_s)

@@ -1,5 +1,5 @@
-"""Measured ÷ modelled latency per engine: shrunk toward the model, set by a steady stream,
-forgotten once an engine serves nothing."""
+"""Measured ÷ modelled latency per engine and load: shrunk toward the model, set by a steady
+stream, forgotten once an engine serves nothing, and read at the load it was measured at."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def test_unusable_measurements_are_refused_and_outliers_clipped() -> None:
     assert not b.observe(Route.SPEC, 0.01, -1.0, 100, 0.0)
     assert b.observe(Route.SPEC, 10.0, 0.01, 100, 0.0)  # a 1000× outlier counts as e^1
     assert b.log_bias(Route.SPEC, 0.0) == pytest.approx(1.0)
-    assert b.snapshot(0.0)["spec"] == {"factor": round(math.e, 4), "samples": 1}
+    snap = b.snapshot(0.0)["spec"]
+    assert isinstance(snap, dict)
+    assert (snap["factor"], snap["samples"]) == (round(math.e, 4), 1)
 
 
 def test_the_plain_engines_gap_is_common_and_spec_keeps_only_its_own() -> None:
@@ -56,3 +58,34 @@ def test_the_plain_engines_gap_is_common_and_spec_keeps_only_its_own() -> None:
     # spec's own part: 1.32 / 1.1 = 1.2, measured while the common part was ~1.1 (it ages
     # during the spec phase, so the estimate sits a little above)
     assert 1.18 < b.factor(Route.SPEC, 60.0) < 1.27
+
+
+def test_the_error_is_kept_per_load_and_the_nearest_loads_speak_for_an_unmeasured_one() -> None:
+    """A profile can price a light batch right and a full one wrong: what was measured at
+    64 in flight does not move the estimate at 2, and at 128 (never measured) the nearest
+    measured load speaks, less surely than where it was measured."""
+    b = LatencyBias(tau_s=30.0, prior_weight=10.0)
+    for i in range(300):
+        b.observe(Route.SPEC, 0.010, 0.010, 100, i / 10, load=2.0)  # right at a light load
+        b.observe(Route.SPEC, 0.007, 0.010, 100, i / 10, load=64.0)  # 30 % cheaper when full
+    assert b.factor(Route.SPEC, 30.0, 2.0) == pytest.approx(1.0, abs=0.01)
+    full = b.factor(Route.SPEC, 30.0, 64.0)
+    assert full == pytest.approx(0.7, rel=0.05)
+    beyond = b.factor(Route.SPEC, 30.0, 128.0)
+    assert full < beyond < 0.8
+    between = b.factor(Route.SPEC, 30.0, 11.0)  # as far from both: in between
+    assert 0.75 < between < 0.95
+    by_load = b.snapshot(30.0)["spec"]
+    assert isinstance(by_load, dict)
+    assert [row["load"] for row in by_load["by_load"]] == [2.0, 64.0]
+
+
+def test_the_spec_error_is_taken_beyond_the_plain_engines_at_the_same_load() -> None:
+    b = LatencyBias(tau_s=30.0, prior_weight=0.0)
+    for i in range(50):
+        b.observe(Route.BASE, 0.012, 0.010, 100, i / 10, load=64.0)  # plain: 20 % over, full
+        b.observe(Route.BASE, 0.010, 0.010, 100, i / 10, load=1.0)  # and right when alone
+    b.observe(Route.SPEC, 0.012, 0.010, 100, 5.0, load=64.0)
+    b.observe(Route.SPEC, 0.012, 0.010, 100, 5.0, load=1.0)
+    assert b.log_bias(Route.SPEC, 5.0, 64.0) < 0.05  # the common part, nothing of its own
+    assert b.log_bias(Route.SPEC, 5.0, 1.0) > 0.1  # alone it is spec's own 20 %

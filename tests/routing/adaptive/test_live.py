@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.adaptive.live import LiveCorrections
 from gateway.routing.config import RoutingConfig
@@ -57,11 +59,12 @@ def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:
     assert costs is not None
     assert costs.base_ms == p.steps.step_ms(256.0, 1.0) * p.live.scale_base
     assert d.route is Route.SPEC  # copy-heavy T=0 edits still pay on spec at the cap
-    # open chat goes to the queueing plain engine (spec idle): no prediction goes back with
-    # it, its time per token is the queue's and the prefill's
+    # open chat goes to the queueing plain engine (spec idle); the prediction that goes back
+    # with it, for the measured time per token to be held against, is the full batch's: its
+    # time per token starts at its first token, when it runs in the engine's capped batch
     chats = AdaptivePolicy(RoutingConfig(policy="adaptive"))
     chats.decide(CHAT_HOT, saturated, 0.0)
     chat = chats.decide(CHAT_HOT, saturated, 0.1)
-    assert chat.route is Route.BASE and chat.predicted_tpot_s is None
-    quiet = view(base=with_(BASE, inflight=3, running=3.0, waiting=0.0))
-    assert chats.decide(CHAT_HOT, quiet, 0.2).predicted_tpot_s is not None
+    assert chat.route is Route.BASE and chats._last_costs is not None
+    assert chat.predicted_tpot_s == pytest.approx(chats._last_costs.base_ms / 1000.0)
+    assert chats._last_costs.base_ms >= chats.steps.step_ms(256.0, 1.0) * chats.live.scale_base

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import json
 import os
 import sys
 import time
@@ -38,13 +39,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
-from engines import by_name  # noqa: E402
+from engines import MODEL, by_name  # noqa: E402
 from interleave import save_state, set_pin  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
@@ -97,14 +99,28 @@ async def run(args: argparse.Namespace) -> int:
             if i:
                 await asyncio.sleep(args.gap * scale)  # the engines idle: scrape windows empty
             t0 = time.monotonic()
+            # vLLM's prefix cache would serve each later policy the prompts the earlier ones
+            # prefilled (the same day replayed): every policy gets its own cache salt
+            extra["cache_salt"] = f"day-{name}-{args.seed}"
             if name == DYNAMIC_SD and direct is not None:
                 e_url = target.urls[direct.name] + "/v1/chat/completions"
                 recs[name] = await send_all(e_url, work, scale, args.drain, model=direct.served, extra=extra)
             else:
                 await set_pin(url, PINS[what])
-                recs[name] = await send_all(
-                    url + "/v1/chat/completions", work, scale, args.drain, extra=extra
+                trace = out / f"trace-{name}.jsonl"
+                poll = (
+                    asyncio.create_task(trace_state(url, trace, args.trace_every))
+                    if what == "adaptive"
+                    else None
                 )
+                try:
+                    recs[name] = await send_all(
+                        url + "/v1/chat/completions", work, scale, args.drain, extra=extra
+                    )
+                finally:
+                    if poll is not None:
+                        poll.cancel()
+                        await asyncio.gather(poll, return_exceptions=True)
                 await save_state(url, str(out / "states.jsonl"), policy=name)
             done = sum(1 for r in recs[name] if r.finished_at is not None)
             print(f"{name:>12}: {done}/{len(work)} finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
@@ -137,6 +153,48 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# What the adaptive policy thought, sampled through the day: enough to tell a wrong model
+# (predicted speed-up against the statics' measured ratio) from a slow switch (evidence).
+_TRACE_KEYS = (
+    "mode",
+    "last_predicted_speedup",
+    "break_even_tokens_per_step",
+    "mix_tokens_per_step",
+    "mix_verified_tokens_per_step",
+    "live_acceptance_ratio",
+    "step_scale",
+    "measured_vs_model",
+)
+
+
+async def trace_state(url: str, path: Path, every_s: float) -> None:
+    """Append the adaptive policy's state to ``path`` every ``every_s`` seconds until
+    cancelled (time, requests in flight, per engine the scraped running/waiting)."""
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+        while True:
+            try:
+                async with s.get(url + "/admin/state") as r:
+                    body = await r.json()
+                m = body["models"][MODEL]
+                ps = m["policy_state"]
+                row: dict[str, Any] = {"t": round(time.monotonic() - t0, 2), "inflight": m["inflight"]}
+                row.update({k: ps.get(k) for k in _TRACE_KEYS})
+                row["modes"] = ps.get("modes", {}).get("all")
+                row["engines"] = {
+                    e["route"]: {k: e["stats"].get(k) for k in ("running", "waiting", "step_s")}
+                    | {"inflight": e["inflight"]}
+                    for pair in m["pairs"]
+                    for e in (pair["spec"], pair["base"])
+                }
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            except (aiohttp.ClientError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"t": round(time.monotonic() - t0, 2), "error": repr(exc)}) + "\n")
+            await asyncio.sleep(every_s)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_args(p)
@@ -147,6 +205,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=30.0, help="seconds per oracle window (the day's minute)")
     p.add_argument("--warmup", type=float, default=5.0, help="arrivals before this are not reported")
     p.add_argument("--gap", type=float, default=12.0, help="idle seconds between policies")
+    p.add_argument(
+        "--trace-every",
+        type=float,
+        default=1.0,
+        help="seconds between samples of adaptive's state (trace-*.jsonl)",
+    )
     p.add_argument("--drain", type=float, default=60.0, help="seconds to finish after the last arrival")
     p.add_argument("--tpot-slo-ms", type=float, default=50.0)
     p.add_argument("--ttft-slo-ms", type=float, default=2000.0)

@@ -94,16 +94,22 @@ async def run(args: argparse.Namespace) -> int:
                 for rnd in range(args.rounds):
                     for label, policy in zip(labels, slots, strict=True):
                         seed = args.seed + rnd  # every slot of a round sends the same requests
+                        # ...each with its own prefix cache: no slot reads what another filled
+                        salt = f"{label}-c{conc}-r{rnd}"
                         if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)
                             e = direct[policy]
                             url = target.urls[e.name]
-                            recs, _ = await closed_loop(url, conc, args, target.time_scale, seed, e.served)
+                            recs, _ = await closed_loop(
+                                url, conc, args, target.time_scale, seed, e.served, salt
+                            )
                         else:
                             gw_policy, pin = plan[policy]
                             url = gws[gw_policy][1]
                             if pin is not None:
                                 await set_pin(url, pin)
-                            recs, _ = await closed_loop(url, conc, args, target.time_scale, seed)
+                            recs, _ = await closed_loop(
+                                url, conc, args, target.time_scale, seed, cache_salt=salt
+                            )
                             await save_state(url, states, conc=conc, round=rnd, slot=label)
                         row = window_row(conc, rnd, label, policy, recs)
                         windows.append(row)

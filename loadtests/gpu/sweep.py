@@ -162,11 +162,22 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> str:
 
 
 async def closed_loop(
-    gw: str, conc: int, args: argparse.Namespace, scale: float, seed: int, model: str = MODEL
+    gw: str,
+    conc: int,
+    args: argparse.Namespace,
+    scale: float,
+    seed: int,
+    model: str = MODEL,
+    cache_salt: str | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """C workers, each sending its next request when the last one finished (to ``gw``, a
     gateway, or an engine asked for its served ``model``). Returns the records of requests
-    started inside the window and the output tokens delivered in it."""
+    started inside the window and the output tokens delivered in it. ``cache_salt`` (vLLM's
+    request field) keeps the window's prompts out of the prefix cache that other windows
+    sending the same prompts filled."""
+    extra: dict[str, object] = {"ignore_eos": True}
+    if cache_salt is not None:
+        extra["cache_salt"] = cache_salt
     temps = TemperatureDist.parse(args.temperature)
     url = gw + "/v1/chat/completions"
     w0, w1 = args.warmup, args.warmup + args.measure
@@ -181,7 +192,7 @@ async def closed_loop(
             while (time.perf_counter() - t0) / scale < w1:
                 req = sample(rng, args.mix, temps, max_tokens_cap=args.max_tokens_cap)
                 rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
-                body = to_openai_body(req, model, extra={"ignore_eos": True})
+                body = to_openai_body(req, model, extra=extra)
                 records.append(rec)
                 await stream_chat(session, url, body, rec, t0, scale)
 

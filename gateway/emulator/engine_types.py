@@ -20,6 +20,7 @@ from gateway.emulator.textgen import AnswerGenerator, PromptKind
 from gateway.text import PromptLookupProposer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+SPEC_COST_SCALE_MAX = 10.0  # the largest spec_cost_scale an engine takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,12 @@ class EngineConfig:
     #: What speculation adds to a step (verification beyond one token, drafting) as a
     #: multiple of the profile's price: 1 = the profile (see ``stepcost.price_step``).
     spec_cost_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.spec_cost_scale <= SPEC_COST_SCALE_MAX:
+            raise ValueError(
+                f"spec_cost_scale must be within 0..{SPEC_COST_SCALE_MAX:g}, got {self.spec_cost_scale}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,9 +77,13 @@ def test_yaml_config_and_unknown_keys(tmp_path: Path) -> None:
     bad.write_text("engines:\n  - {served_model_name: a, colour: blue}\n")
     with pytest.raises(ValueError, match="colour"):
         load_config(str(bad))
-    bad.write_text("engines:\n  - {served_model_name: a, spec_cost_scale: -1}\n")
+    for scale in ("-1", "[1]", "abc"):
+        bad.write_text(f"engines:\n  - {{served_model_name: a, spec_cost_scale: {scale}}}\n")
+        with pytest.raises(ValueError, match="spec_cost_scale"):
+            load_config(str(bad))
+    # the engine's own bound: the command line meets it too
     with pytest.raises(ValueError, match="spec_cost_scale"):
-        load_config(str(bad))
+        build_launches(_args("--pair", "--spec-cost-scale", "11"))
 
 
 async def test_engines_on_one_device_share_a_driver_and_flags_apply(tmp_path: Path) -> None:

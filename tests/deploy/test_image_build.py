@@ -59,7 +59,10 @@ def image() -> Iterator[dict[str, object]]:
     finally:
         subprocess.run(["buildah", "rmi", "-f", TAG], capture_output=True, check=False)
         if not had_base:
-            subprocess.run(["buildah", "rmi", "-f", BASE], capture_output=True, check=False)
+            # not forced: a second suite on this host may be building on the base right now
+            # (seen: its build failed with 'layer not known'); buildah then refuses, and the
+            # base stays as the cache it is
+            subprocess.run(["buildah", "rmi", BASE], capture_output=True, check=False)
 
 
 class Container:

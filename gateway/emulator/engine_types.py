@@ -23,6 +23,13 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SPEC_COST_SCALE_MAX = 10.0  # the largest spec_cost_scale an engine takes
 
 
+def check_spec_cost_scale(value: float, name: str = "spec_cost_scale") -> None:
+    """Refuse a spec_cost_scale outside 0..SPEC_COST_SCALE_MAX (NaN included), naming it
+    as the caller knows it (a YAML key, a command-line option)."""
+    if not 0.0 <= value <= SPEC_COST_SCALE_MAX:
+        raise ValueError(f"{name} must be within 0..{SPEC_COST_SCALE_MAX:g}, got {value}")
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     served_model_name: str = "qwen3-8b"
@@ -41,10 +48,7 @@ class EngineConfig:
     spec_cost_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.spec_cost_scale <= SPEC_COST_SCALE_MAX:
-            raise ValueError(
-                f"spec_cost_scale must be within 0..{SPEC_COST_SCALE_MAX:g}, got {self.spec_cost_scale}"
-            )
+        check_spec_cost_scale(self.spec_cost_scale)
 
 
 @dataclass(frozen=True, slots=True)

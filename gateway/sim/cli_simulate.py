@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from gateway.emulator.engine_types import SPEC_COST_SCALE_MAX
+from gateway.emulator.engine_types import check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
@@ -203,8 +203,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--max-num-seqs must be 1..4096")
         if not 0.0 <= args.spec_overhead_ms <= 1000.0:
             raise ValueError("--spec-overhead-ms must be within 0..1000")
-        if not 0.0 <= args.spec_cost_scale <= SPEC_COST_SCALE_MAX:
-            raise ValueError(f"--spec-cost-scale must be within 0..{SPEC_COST_SCALE_MAX:g}")
+        check_spec_cost_scale(args.spec_cost_scale, "--spec-cost-scale")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
         if args.replicas is not None and not 1 <= args.replicas <= 64:

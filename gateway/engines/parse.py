@@ -32,6 +32,7 @@ PROMPT_TOKENS = "vllm:prompt_tokens"
 CACHED_TOKENS = "vllm:prompt_tokens_cached"
 TPOT = "vllm:request_time_per_output_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
+PREEMPTIONS = "vllm:num_preemptions"
 
 # Sample names (as they appear at the start of a line) that we keep; everything else is
 # dropped before parsing. Prefixes are exact up to the label brace or the space.
@@ -50,6 +51,7 @@ _KEEP_SAMPLES = (
     f"{TPOT}_count",
     f"{ITL}_sum",
     f"{ITL}_count",
+    f"{PREEMPTIONS}_total",
 )
 _KEEP_FAMILIES = (
     DRAFTS,
@@ -64,6 +66,7 @@ _KEEP_FAMILIES = (
     CACHED_TOKENS,
     TPOT,
     ITL,
+    PREEMPTIONS,
 )
 
 
@@ -89,6 +92,7 @@ class MetricsSample:
     tpot_count: float | None = None
     itl_sum: float | None = None
     itl_count: float | None = None
+    preemptions: float | None = None
 
     @property
     def has_vllm_metrics(self) -> bool:
@@ -173,6 +177,7 @@ def parse_metrics(text: str, model_name: str | None = None) -> MetricsSample:
         tpot_count=get(f"{TPOT}_count"),
         itl_sum=get(f"{ITL}_sum"),
         itl_count=get(f"{ITL}_count"),
+        preemptions=get(f"{PREEMPTIONS}_total"),
     )
 
 
@@ -188,6 +193,7 @@ def _counters(s: MetricsSample) -> tuple[float | None, ...]:
         s.tpot_sum,
         s.itl_count,
         s.itl_sum,
+        s.preemptions,
     )
 
 
@@ -265,6 +271,7 @@ class MetricsWindow:
         if d_prompt is not None:
             d_cached = delta(old.cached_tokens, new.cached_tokens) or 0.0
             prefill_tps = max(0.0, d_prompt - d_cached) / span
+        d_pre = delta(old.preemptions, new.preemptions)
         d_icnt = delta(old.itl_count, new.itl_count)
         d_isum = delta(old.itl_sum, new.itl_sum)
         step = d_isum / d_icnt if d_icnt and d_isum is not None and d_icnt > 0 else None
@@ -286,5 +293,6 @@ class MetricsWindow:
             drafts=d_drafts or 0.0,
             generation_tps=gen_tps,
             prefill_tps=prefill_tps,
+            preemptions_per_s=None if d_pre is None else max(0.0, d_pre) / span,
             resets=self.resets,
         )

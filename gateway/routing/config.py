@@ -26,7 +26,7 @@ class RoutingConfig(BaseModel):
     )
     context_tokens: int = Field(1024, ge=1, le=1_000_000, description="context length the profile is read at")
     margin: float = Field(
-        0.1,
+        0.05,
         ge=0.0,
         le=2.0,
         description="speculate only when the predicted speed-up exceeds 1 + margin: a premium for "
@@ -48,6 +48,14 @@ class RoutingConfig(BaseModel):
         "requests, 0.2 is 0.04 beyond the band for 10 s or 0.4 beyond it for 1 s). A flip leaves the "
         "old engine's requests running beside the new one's, which slows both for about one request "
         "duration; decisive changes flip in seconds, a prediction hovering near break-even never does",
+    )
+    noise_z: float = Field(
+        1.0,
+        ge=0.0,
+        le=10.0,
+        description="the band widens by this many standard errors of the predicted speed-up (the "
+        "mix window is a sample of the traffic): a prediction that sits near break-even only by "
+        "chance does not flip the mode",
     )
     mix_window_s: float = Field(
         7.0,

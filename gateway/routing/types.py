@@ -121,6 +121,9 @@ class EngineStats:
     # the counters: the share of the engine's time spent prefilling is this × the per-token
     # prefill cost.
     prefill_tps: float | None = None
+    # Preemptions per second over the window: each one prefills its request's whole
+    # context again (vLLM's recompute preemption), which the prompt counter does not count.
+    preemptions_per_s: float | None = None
     resets: int = 0  # counter resets (engine restarts) seen so far
 
     def as_dict(self) -> dict[str, object]:

@@ -81,6 +81,7 @@ class SimMonitor:
             tpot_count=float(self.tpot_count),
             itl_sum=self.itl.itl_sum if self.itl else None,
             itl_count=float(self.itl.itl_count) if self.itl else None,
+            preemptions=float(st.preemptions),
         )
         self.stats = self.window.add(now, sample)
 

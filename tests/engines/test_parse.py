@@ -98,6 +98,19 @@ def test_prefill_rate_counts_prompt_tokens_not_served_from_the_cache(base_page: 
     assert w.add(2.0, parse_metrics(later)).prefill_tps == pytest.approx((6000 - 2000) / 2.0)
 
 
+def test_preemptions_are_a_rate_over_the_window(base_page: str) -> None:
+    """Each recompute preemption prefills its request's context again, which the prompt
+    counter does not count: the router needs the rate to take that prefill out of a step."""
+    name = 'vllm:num_preemptions_total{engine="0",model_name="qwen3-8b-base"}'
+    s = parse_metrics(base_page)
+    assert s.preemptions == 0.0
+    w = MetricsWindow(window_s=10.0)
+    assert w.add(0.0, s).preemptions_per_s is None
+    st = w.add(4.0, parse_metrics(bump(base_page, name, 0.0, 30.0)))
+    assert st.preemptions_per_s == pytest.approx(7.5)
+    assert st.as_dict()["preemptions_per_s"] == pytest.approx(7.5)
+
+
 def test_counter_reset_restarts_window(spec_page: str) -> None:
     w = MetricsWindow(window_s=10.0)
     w.add(0.0, parse_metrics(_later(spec_page)))

@@ -133,6 +133,38 @@ def test_a_flip_waits_for_a_cheap_moment_but_not_forever() -> None:
     assert flipped_at == 5.5
 
 
+def test_the_band_widens_by_the_predictions_sampling_error() -> None:
+    """A prediction that dips below the band's edge by less than its own sampling error
+    (another window of the same traffic would have read it this far away) is no evidence:
+    the same dips with a precise prediction flip the mode; a decisive change still does."""
+    noisy = ModeTracker(margin=0.05, band=0.02, evidence=0.5)
+    precise = ModeTracker(margin=0.05, band=0.02, evidence=0.5)
+    for m, noise in ((noisy, 0.06), (precise, 0.0)):
+        m.update(1.1, 0.0, noise=noise)
+        for i in range(1, 300):  # at 0.98 two seconds in three: 0.05 below the bare edge
+            m.update(0.98 if i % 3 else 1.1, float(i), noise=noise)
+    assert noisy.speculating and noisy.flips == 0 and noisy.against == 0.0
+    assert noisy.lower == pytest.approx(1.05 - 0.02 - 0.06)
+    assert precise.flips > 0
+    noisy.update(0.5, 300.0, noise=0.06)
+    noisy.update(0.5, 301.5, noise=0.06)  # 1.5 s at 0.41 below the widened edge: 0.6 ≥ 0.5
+    assert not noisy.speculating and noisy.upper == pytest.approx(1.05 + 0.02 + 0.06)
+
+
+def test_the_mix_reports_its_sampling_error() -> None:
+    mix = TrafficMix(window_s=10.0, min_requests=4)
+    for i, e in enumerate((1.0, 3.0, 1.0, 3.0)):
+        mix.add(MixEntry(float(i), ("chat", 0), prior_tokens_per_step=e, prior_verified=1.0))
+    price = mix.priced(lambda m: (m.prior_tokens_per_step, m.prior_verified), 1.0, knowledge=0)
+    # 1/E: 1, 1/3, 1, 1/3 -> mean 2/3, sample variance 4/27, standard error sqrt(4/27/4)
+    assert price.mean_inverse_tokens_per_step == pytest.approx(2 / 3)
+    assert price.inverse_se == pytest.approx((4 / 27 / 4) ** 0.5)
+    same = TrafficMix(window_s=10.0, min_requests=4)
+    for i in range(4):
+        same.add(MixEntry(float(i), ("chat", 0), prior_tokens_per_step=2.0, prior_verified=1.0))
+    assert same.priced(lambda m: (2.0, 1.0), 1.0, knowledge=0).inverse_se == 0.0
+
+
 def test_the_mix_is_priced_with_what_is_known_now() -> None:
     """Requests already in the window are re-priced when their class is learned: a shift
     to an unseen temperature is not priced on the stale prior for a whole window."""

@@ -40,7 +40,7 @@ def engine_load(e: EngineView) -> float:
     return max(float(e.inflight), scraped)
 
 
-def _decode_ms(stats: EngineStats, steps: StepModel) -> float:
+def _decode_ms(stats: EngineStats, steps: StepModel, context_tokens: float) -> float:
     """The decode part of an engine's measured step, in ms.
 
     Steps also prefill the prompts of requests being admitted, and the profile prices
@@ -49,9 +49,14 @@ def _decode_ms(stats: EngineStats, steps: StepModel) -> float:
     one's): left in, it would read as that engine's steps being slow, and a regime priced
     on it would lose to one that was not measured. Over a window, prefill takes
     ``prefill_tps`` x the per-token cost of the engine's time; the rest is decoding.
+
+    An engine whose KV cache is full also preempts: each preempted request is prefilled
+    again, its whole context (about the batch's mean, ``context_tokens``), and the prompt
+    counter does not count that. On a saturated pair it was a third of the prefill.
     """
     step_ms = (stats.step_s or 0.0) * 1000.0
-    share = (stats.prefill_tps or 0.0) * steps.prefill_ms_per_token() / 1000.0
+    tps = (stats.prefill_tps or 0.0) + (stats.preemptions_per_s or 0.0) * context_tokens
+    share = tps * steps.prefill_ms_per_token() / 1000.0
     return step_ms * (1.0 - min(_MAX_PREFILL_SHARE, share))
 
 
@@ -145,8 +150,10 @@ class LiveCorrections:
         method: str,
         k: int,
         duration_s: float = 2.0,
+        context_tokens: float = 1024.0,
     ) -> None:
-        """Fold the pair's latest scraped views in (once per decision)."""
+        """Fold the pair's latest scraped views in (once per decision); ``context_tokens``:
+        the mean context of the sequences the engines decode."""
         dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
         self.last_update = now
         spec, base = pair.spec, pair.base
@@ -180,7 +187,7 @@ class LiveCorrections:
             ratio = sum(st.prefill_tps or 0.0 for st in prefill) / gen
             self.prefill_per_token = toward(self.prefill_per_token, ratio, dt, self.half_life_s)
         if self.fit_step_times:
-            self._fit_steps(spec, base, now, steps, q_mix, method, k)
+            self._fit_steps(spec, base, now, steps, q_mix, method, k, context_tokens)
 
     def _live_acceptance_ratio(
         self, spec: EngineView, expected: tuple[float, float, float] | None
@@ -218,6 +225,7 @@ class LiveCorrections:
         q_mix: float,
         method: str,
         k: int,
+        context_tokens: float,
     ) -> None:
         """Scale the profile by measured step time (windowed inter-token latency) ÷ predicted.
 
@@ -244,10 +252,10 @@ class LiveCorrections:
         if not base.stale and base.stats.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
             w = sum(h[2] for h in hist)
             pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
-            ratio = _decode_ms(base.stats, steps) / pred
+            ratio = _decode_ms(base.stats, steps, context_tokens) / pred
             self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
         if not spec.stale and spec.stats.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
             w = sum(h[1] for h in hist)
             pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
-            ratio = _decode_ms(spec.stats, steps) / pred
+            ratio = _decode_ms(spec.stats, steps, context_tokens) / pred
             self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))

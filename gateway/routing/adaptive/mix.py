@@ -14,6 +14,7 @@ the window, instead of the stale guess lingering for a whole window.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ Pricer = Callable[[MixEntry], tuple[float, float]]
 class MixPrice:
     mean_inverse_tokens_per_step: float  # mean 1/E, each E live-corrected: 1 + (E − 1)·ratio
     mean_verified: float | None  # mean tokens verified per sequence and step (None: no traffic)
+    # standard error of mean_inverse_tokens_per_step: how far a window of this few requests
+    # drawn from the same traffic would put it by chance
+    inverse_se: float = 0.0
 
 
 @dataclass
@@ -67,12 +71,16 @@ class TrafficMix:
         if not self.entries:
             out = MixPrice(1.0, None)
         else:
-            inv = verified = 0.0
+            inv = sq = verified = 0.0
             for m in self.entries:
                 e, q = price(m)
-                inv += 1.0 / (1.0 + (e - 1.0) * live_ratio)
+                x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
+                inv += x
+                sq += x * x
                 verified += q
             n = len(self.entries)
-            out = MixPrice(inv / n, verified / n)
+            mean = inv / n
+            var = max(0.0, sq / n - mean * mean) * n / (n - 1) if n > 1 else 0.0
+            out = MixPrice(mean, verified / n, math.sqrt(var / n))
         self._cache = (self._version, (live_ratio, knowledge), out)
         return out

@@ -35,19 +35,27 @@ class ModeTracker:
     flips: int = 0
     against: float = 0.0  # accumulated evidence against the current mode
     premium: float = 0.0  # extra speed-up speculation must clear, beyond margin and band
+    # the latest prediction's own sampling error: the band widens by it on both sides
+    noise: float = 0.0
 
     @property
     def lower(self) -> float:
         """Speculating flips to fallback below this predicted speed-up."""
-        return 1.0 + self.margin - self.band
+        return 1.0 + self.margin - self.band - self.noise
 
     @property
     def upper(self) -> float:
         """Fallback flips back to speculating above this."""
-        return 1.0 + self.margin + self.band + self.premium
+        return 1.0 + self.margin + self.band + self.noise + self.premium
 
     def update(
-        self, speedup: float, now: float, evidence: float | None = None, *, cheap: bool = True
+        self,
+        speedup: float,
+        now: float,
+        evidence: float | None = None,
+        *,
+        cheap: bool = True,
+        noise: float = 0.0,
     ) -> bool:
         """Feed one predicted speed-up; returns whether the model is speculating.
         ``evidence`` overrides the flip threshold for this update. ``cheap``: whether a flip
@@ -62,7 +70,7 @@ class ModeTracker:
         dt = max(0.0, now - self.last_update)
         excess = self.lower - self.last if self.speculating else self.last - self.upper
         self.against = max(0.0, self.against + excess * dt)
-        self.last, self.last_update = speedup, now
+        self.last, self.last_update, self.noise = speedup, now, noise
         need = self.evidence if evidence is None else evidence
         if self.against >= need and (cheap or self.against >= 2.0 * need):
             self.speculating = not self.speculating

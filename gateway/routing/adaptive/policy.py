@@ -30,7 +30,7 @@ engine running joins it, and the mode follows what the device runs.
 
 Gateway replicas in front of the same pair agree through the engines: what the scrapes
 show beyond a replica's own requests is the others' regime (:mod:`.shared`). On such a
-shared pair requests follow the regime, not the request, spec needs a doubled premium, and
+shared pair requests follow the regime, not the request, spec needs an extra premium, and
 a replica speculating while the others stay on plain comes back.
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
@@ -47,11 +47,12 @@ from collections import Counter, deque
 from gateway.physics.methods import NGRAM_METHODS
 from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_per_step
 from gateway.routing.adaptive.calibration import LatencyBias
+from gateway.routing.adaptive.context import ContextTracker
 from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
 from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
-from gateway.routing.adaptive.shared import DeviceView, SharedPair
+from gateway.routing.adaptive.shared import SHARED_PREMIUM, DeviceView, SharedPair
 from gateway.routing.config import RoutingConfig
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -90,7 +91,12 @@ class AdaptivePolicy:
 
     def __init__(self, cfg: RoutingConfig | None = None, *, steps: StepModel | None = None) -> None:
         self.cfg = cfg or RoutingConfig(policy="adaptive")
-        self.steps = steps or get_step_model(self.cfg.profile, self.cfg.context_tokens)
+        # The profile is read at the context the traffic holds (:mod:`.context`), unless a
+        # step model is given (it is then taken as it is).
+        self.context = ContextTracker(self.cfg.context_tokens)
+        self._fixed_steps = steps
+        self._steps_at: dict[int, StepModel] = {}
+        self.steps = steps or self._steps_for(self.cfg.context_tokens)
         self.learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
         # Per class, learned draft tokens per step (n-gram drafts only on a match).
         self.draft_learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
@@ -129,7 +135,9 @@ class AdaptivePolicy:
         self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
-        self.live.refresh(pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s)
+        self.live.refresh(
+            pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s, self.context.mean()
+        )
 
         kind = features.kind if features.kind in KINDS else "chat"
         prior_e, p_draft = self._prior(features)
@@ -141,7 +149,7 @@ class AdaptivePolicy:
         in_flight = engine_load(spec) + engine_load(base)
         device = self.shared.view(spec, base, now)
         shared = self.shared.shared(now)
-        self.mode.premium = self.mode.margin if shared else 0.0
+        self.mode.premium = SHARED_PREMIUM if shared else 0.0
         load = self.live.batch(in_flight + 1.0)
         self._loads.append((now, load))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
@@ -155,7 +163,9 @@ class AdaptivePolicy:
         old = spec if self.mode.speculating else base
         cheap = engine_load(old) <= max(1.0, self._busy)
         was = self.mode.speculating
-        speculating = self.mode.update(speedup, now, self.cfg.switch_evidence * self._duration_s, cheap=cheap)
+        speculating = self.mode.update(
+            speedup, now, self.cfg.switch_evidence * self._duration_s, cheap=cheap, noise=self._noise(costs)
+        )
         # a pair shared with other replicas: no try at spec during a back-off, and back to
         # plain when the others stay there (adaptive.shared)
         tried_early = speculating and not was and now < self.shared.blocked_until
@@ -343,6 +353,17 @@ class AdaptivePolicy:
         knowledge = (self.learner.version, self.draft_learner.version, ngram)
         return self.mix.priced(price, self.live.ratio, knowledge)
 
+    def _noise(self, costs: RegimeCosts) -> float:
+        """The predicted speed-up's sampling error: the mix window holds a few requests of
+        a traffic whose acceptance varies request by request, and another window of the same
+        traffic would have priced spec this far away."""
+        price = self._mix_price()
+        if costs.spec_ms <= 0 or price.mean_inverse_tokens_per_step <= 0:
+            return 0.0
+        decode = costs.spec_ms - costs.shared_ms
+        se_ms = decode * price.inverse_se / price.mean_inverse_tokens_per_step
+        return self.cfg.noise_z * costs.speedup * se_ms / costs.spec_ms
+
     def _inv_e_mix(self) -> float:
         return self._mix_price().mean_inverse_tokens_per_step
 
@@ -366,10 +387,19 @@ class AdaptivePolicy:
             prefill_per_token=self.live.prefill_per_token,
         )
 
+    def _steps_for(self, ctx: int) -> StepModel:
+        model = self._steps_at.get(ctx)
+        if model is None:
+            model = self._steps_at[ctx] = get_step_model(self.cfg.profile, ctx)
+        return model
+
     # -- learning -------------------------------------------------------------------
     def observe(self, outcome: Outcome, now: float) -> None:
         if not outcome.ok:
             return
+        self.context.observe(outcome.prompt_tokens, outcome.completion_tokens)
+        if self._fixed_steps is None:
+            self.steps = self._steps_for(self.context.bucket())
         found = self._load_held(outcome, now)
         if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and found is not None:
             tokens = outcome.completion_tokens
@@ -422,9 +452,11 @@ class AdaptivePolicy:
                     "mode": "speculating" if m.speculating else "fallback",
                     "predicted_speedup": None if m.last is None else round(m.last, 4),
                     "evidence_against": round(m.against, 4),
+                    "prediction_noise": round(m.noise, 4),  # the band widens by it
                     "flips": m.flips,
                 }
             },
+            "context_tokens": round(self.context.mean()),
             "break_even_tokens_per_step": None if c is None else round(c.break_even_tokens_per_step, 4),
             "last_predicted_speedup": None if c is None else round(c.speedup, 4),
             "mix_tokens_per_step": round(1.0 / self._inv_e_mix(), 4),

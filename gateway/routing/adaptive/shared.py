@@ -10,8 +10,10 @@ which costs far more than either regime's edge near break-even.
 So on a shared pair (others' requests seen within the last minute) plain is the regime
 replicas meet on, and speculation must be decisive:
 
-- each replica's own evidence takes it to spec only beyond a doubled premium (the
-  policy sets :attr:`~gateway.routing.adaptive.modes.ModeTracker.premium`): replicas see
+- each replica's own evidence takes it to spec only beyond a premium (``SHARED_PREMIUM``,
+  which the policy sets as :attr:`~gateway.routing.adaptive.modes.ModeTracker.premium`,
+  on top of the margin: with the default margin, spec must then be predicted 22 % faster
+  to come back): replicas see
   the same engines and nearly the same traffic, so a decisive change flips them within
   seconds of each other, while a marginal one flips none;
 - a replica speculating while others still run plain gives up after one request
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 
 from gateway.routing.types import EngineView, Route
 
+SHARED_PREMIUM = 0.15  # extra predicted speed-up spec needs on a pair shared with others
 _OWN_HORIZON_S = 30.0  # own in-flight counts kept this long (older scrapes are stale)
 _SHARED_HOLD_S = 60.0  # a pair where others' requests were seen counts as shared this long
 _GRACE_DURATIONS = 1.0  # how long a replica speculating alone waits for the others

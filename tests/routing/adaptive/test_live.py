@@ -68,3 +68,33 @@ def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:
     assert chat.route is Route.BASE and chats._last_costs is not None
     assert chat.predicted_tpot_s == pytest.approx(chats._last_costs.base_ms / 1000.0)
     assert chats._last_costs.base_ms >= chats.steps.step_ms(256.0, 1.0) * chats.live.scale_base
+
+
+def _fit_base(preemptions_per_s: float | None, context_tokens: float) -> float:
+    """scale_base after a minute of a plain engine alone at batch 64 whose steps take twice
+    the profile's decode time, half of it prefilling preempted requests' contexts again."""
+    steps = get_step_model()
+    decode_ms = steps.step_ms(64.0, 1.0)
+    live = LiveCorrections()
+    for i in range(60):
+        base = with_(
+            BASE,
+            inflight=64,
+            running=64.0,
+            step_s=2 * decode_ms / 1000 + i * 1e-9,  # a new scrape each second
+            prefill_tps=0.0,
+            preemptions_per_s=preemptions_per_s,
+        )
+        live.refresh(PairView(SPEC, base), float(i), steps, 1.5, "ngram", 5, context_tokens=context_tokens)
+    return live.scale_base
+
+
+def test_recompute_after_preemption_is_prefill_not_slow_decoding() -> None:
+    """A full KV cache preempts, and each preempted request prefills its whole context
+    again; vLLM's prompt counter does not count it. Taken for decoding, it read as a
+    saturated engine's steps being 20 % slower than they were."""
+    c = get_step_model().prefill_ms_per_token()
+    ctx = 500.0
+    per_s = 0.5 / (c / 1000.0) / ctx  # preemptions that fill half the engine's time
+    assert _fit_base(per_s, ctx) == pytest.approx(1.0, abs=0.05)
+    assert _fit_base(None, ctx) > 1.8  # unknown: all of it reads as decoding

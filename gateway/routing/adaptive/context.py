@@ -1,0 +1,62 @@
+"""The context length the step-time profile is read at: measured from the traffic.
+
+A decode step reads every running sequence's KV cache, so its time grows with the
+context the batch holds. A profile read at a fixed context (the configured
+``context_tokens``) is off by a factor that is the same for both engines of a pair (the
+same model, the same attention), but the gateway only measures that factor on the engine
+that runs: its step-time fit (:mod:`.live`) then credits the running regime with an
+error that the idle one is still charged. On a pair whose prompts are shorter than the
+configured context, the regime that happened to run first looked 20 % cheaper than the
+other, and stayed, whichever was faster (a stationary 32-QPS run started on spec by its
+first request, and held there 7.7 % slower than plain).
+
+The context the engines see is known from every answer: a request holds ``P + i`` tokens
+at its ``i``-th output token, so over its life it contributes ``L`` steps at a mean of
+``P + L/2``; a batch at a random moment holds requests in proportion to their answer
+lengths. :class:`ContextTracker` keeps that answer-weighted mean over the recent answers,
+and :meth:`ContextTracker.bucket` quantises it (quarter octaves) so that the profile is
+re-read only when the traffic's context really moves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+_ALPHA = 0.05  # each answer moves the means by 5 % (about the last 20 answers)
+_MIN_CTX = 64
+_MAX_CTX = 1 << 20
+_STEPS_PER_OCTAVE = 4
+
+
+@dataclass
+class ContextTracker:
+    prior: int  # the configured context, until answers are known
+    _tokens: float = 0.0  # mean answer length L (smoothed)
+    _held: float = 0.0  # mean of L · (P + L/2) (smoothed)
+    answers: int = 0
+
+    def observe(self, prompt_tokens: int, completion_tokens: int) -> None:
+        if prompt_tokens < 0 or completion_tokens <= 0:
+            return
+        n = float(completion_tokens)
+        held = n * (prompt_tokens + n / 2.0)
+        if self.answers == 0:
+            self._tokens, self._held = n, held
+        else:
+            self._tokens += _ALPHA * (n - self._tokens)
+            self._held += _ALPHA * (held - self._held)
+        self.answers += 1
+
+    def mean(self) -> float:
+        """The mean context of the sequences a step decodes (tokens)."""
+        if self.answers == 0 or self._tokens <= 0:
+            return float(self.prior)
+        return self._held / self._tokens
+
+    def bucket(self) -> int:
+        """:meth:`mean` rounded to a quarter octave, within [64, 2^20] tokens."""
+        ctx = min(float(_MAX_CTX), max(float(_MIN_CTX), self.mean()))
+        exponent: float = round(math.log2(ctx) * _STEPS_PER_OCTAVE) / _STEPS_PER_OCTAVE
+        tokens: float = 2.0**exponent
+        return round(tokens)

@@ -169,6 +169,15 @@ class Device:
         engine.abort(req, max(now, self.t))
         return events
 
+    def migrate(self, src: Engine, dst: Engine, req: EngineRequest, now: float) -> list[TokenEvent]:
+        """Bring the device to ``now`` and move an unfinished request from ``src`` to
+        ``dst`` (see :meth:`Engine.release` and :meth:`Engine.adopt`)."""
+        events = self.run_until(now)
+        if src.release(req):
+            dst.adopt(req, max(now, self.t))
+        events.extend(self.run_until(now))
+        return events
+
     def in_flight(self, engine: Engine) -> StepPlan | None:
         slot = self._active.get(engine)
         return slot.plan if slot else None

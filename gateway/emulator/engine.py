@@ -99,6 +99,7 @@ class Engine:
         self._ids = itertools.count()
         self._kv_capacity = config.num_gpu_blocks * config.block_size
         self.step_overhead_ms = 0.0  # extra host time per step (fault knob / tuning)
+        self._released: set[int] = set()  # released while a step was planned (see release)
 
     # --- requests -----------------------------------------------------------------
     def make_request(
@@ -142,6 +143,48 @@ class Engine:
 
     def add_request(self, req: EngineRequest, now: float) -> None:
         req.arrival = now
+        self.waiting.append(req)
+
+    def release(self, req: EngineRequest) -> bool:
+        """Take an unfinished request off this engine without finishing it: the gateway
+        continues it on the sibling (:meth:`adopt`). To vLLM this is the client going away,
+        so it counts as an abort. False if it is not here or already done."""
+        if req.finish_reason is not None:
+            return False
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                return False
+        self.stats.finished["abort"] += 1
+        if self._plan is not None:
+            self._released.add(id(req))
+        return True
+
+    def adopt(self, req: EngineRequest, now: float) -> None:
+        """Continue a request released by the sibling engine: to vLLM a new request whose
+        prompt is the old prompt plus the text generated so far, all of it prefilled here
+        before the next token; the answer goes on where it stopped."""
+        req.recompute = len(req.output)
+        req.prefilled = 0
+        req.continued = True
+        spec = self.spec
+        if spec is not None:
+            if not req.accepted_per_pos:
+                req.accepted_per_pos = [0] * spec.k
+            if spec.synthetic:
+                req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
+            elif not spec.text_based:
+                req.cond = curve_for(spec.method, req.gen.kind, req.temperature, spec.k)
+            elif req.proposer is None:
+                req.proposer = indexed_proposer(
+                    req.prompt_tokens, k=spec.k, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
+                )
+                req.proposer.extend(req.output)
+        else:
+            req.proposer = None
         self.waiting.append(req)
 
     def abort(self, req: EngineRequest, now: float) -> bool:
@@ -288,6 +331,7 @@ class Engine:
         if plan is None:
             raise RuntimeError("commit_step() without plan_step()")
         self._plan = None
+        released, self._released = self._released, set()
         st = self.stats
         obs = self.observer
         st.steps += 1
@@ -300,19 +344,20 @@ class Engine:
         step_pos = [0] * (spec.k if spec else 0)
         for e in plan.entries:
             req = e.req
-            if req.finish_reason is not None:
-                continue  # aborted mid-step
+            if req.finish_reason is not None or id(req) in released:
+                continue  # aborted or released mid-step
             if e.prefill:
                 first_pass = req.recompute == 0
                 req.prefilled += e.prefill
-                if first_pass:
+                if first_pass or req.continued:  # a continuation is a new request to vLLM
                     st.prompt_tokens += e.prefill
                     if obs:
                         obs.on_prompt_tokens(e.prefill)
                 if req.prefilled < req.prefill_target:
                     continue
                 if not first_pass:
-                    events.append(self._emit(req, 1, now))  # resumed after a preemption
+                    req.continued = False
+                    events.append(self._emit(req, 1, now))  # resumed (preempted or moved)
                     continue
                 # prefill complete: the step samples the first token
                 if spec is not None and spec.text_based:

@@ -83,6 +83,7 @@ class EngineRequest:
     finish_reason: str | None = None
     prefilled: int = 0
     recompute: int = 0  # output tokens to prefill again after a preemption
+    continued: bool = False  # moved from the sibling engine: its prefill is a new prompt here
     output: list[str] = field(default_factory=list)
     text_len: int = 0
     proposer: PromptLookupProposer | None = None

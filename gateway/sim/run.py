@@ -44,6 +44,7 @@ class SimConfig:
     # The spec engine's truth against the router's profile: what speculation adds to a step
     # (verification beyond one token, drafting) × this. 1 = the router's prior is right.
     spec_cost_scale: float = 1.0
+    migrate: bool = False  # at a mode flip, move in-flight requests to the new engine
     spec_overhead_ms: float = 0.0  # ...and host time every spec step adds beyond the profile's
     # More of the speculative config (vLLM's --speculative-config keys), e.g. synthetic
     # acceptance rates; merged over method and k.
@@ -82,6 +83,7 @@ class RequestRecord:
     finished_at: float | None = None
     steps: int = 0  # engine emissions that carried tokens
     replica: int = 0  # which gateway replica routed it
+    migrated: bool = False  # moved to the sibling engine at a mode flip
 
 
 @dataclass
@@ -269,6 +271,23 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         )
         policies[rec.replica].observe(outcome, now)
 
+    def migrate(replica: int, to: Route, t: float) -> None:
+        """Move this replica's requests on the other engine to ``to`` (a mode flip)."""
+        old = to.other
+        for key in list(by_req):
+            entry = by_req.get(key)
+            if entry is None:
+                continue
+            rec, req, parsed, d = entry
+            if rec.replica != replica or d.route is not old:
+                continue
+            events = device.migrate(mons[old].engine, mons[to].engine, req, t)
+            by_req[key] = (rec, req, parsed, replace(d, route=to, predicted_tpot_s=None))
+            own[replica, old] -= 1
+            own[replica, to] += 1
+            rec.migrated = True
+            on_events(events)
+
     def route_one(t: float, wr: WorkloadRequest, replica: int) -> None:
         parsed = parse_workload(wr)
         feats = parsed.features
@@ -277,7 +296,12 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             mons[Route.BASE].view(own[replica, Route.BASE]),
             "gpu0",
         )
-        d = policies[replica].decide(feats, ModelView(MODEL, (pair,)), t)
+        pol = policies[replica]
+        before = _flips(pol)
+        d = pol.decide(feats, ModelView(MODEL, (pair,)), t)
+        after = _flips(pol)
+        if cfg.migrate and before is not None and after is not None and after[0] != before[0]:
+            migrate(replica, Route.SPEC if after[1] else Route.BASE, t)
         mon = mons[d.route]
         rec = RequestRecord(
             t,
@@ -333,3 +357,12 @@ def _mode(policy: object) -> str | None:
     if not isinstance(speculating, bool):
         return None
     return "speculating" if speculating else "fallback"
+
+
+def _flips(policy: object) -> tuple[int, bool] | None:
+    """(mode flips so far, speculating) of a policy with a mode; None for one without."""
+    mode = getattr(policy, "mode", None)
+    flips, speculating = getattr(mode, "flips", None), getattr(mode, "speculating", None)
+    if isinstance(flips, int) and isinstance(speculating, bool):
+        return flips, speculating
+    return None

@@ -224,3 +224,53 @@ def test_kv_cache_pressure_preempts_and_recomputes_without_changing_answers() ->
     assert tight == roomy  # recompute changes timing, never text
     assert "vllm:num_preemptions_total" in metrics.render().decode()
     assert eng_tight.stats.prompt_tokens == eng_roomy.stats.prompt_tokens  # prompts counted once
+
+
+def test_a_request_moved_to_the_sibling_engine_continues_its_answer() -> None:
+    """Released by plain mid-answer and adopted by the n-gram engine, a request prefills its
+    prompt and the text generated so far there, then goes on with the very answer it was
+    giving; the plain engine counts an abort and emits nothing more for it."""
+    prompt = EDITS[0]
+
+    def fresh() -> tuple[Device, Engine, Engine]:
+        dev = Device()
+        base = dev.attach(Engine(EngineConfig("m", seed=7)))
+        spec = dev.attach(Engine(EngineConfig("m", seed=7, spec=parse_spec_config(NGRAM5))))
+        return dev, base, spec
+
+    dev, base, _ = fresh()
+    alone = base.make_request(prompt, max_tokens=200, seed=3)
+    run_sequential(dev, base, [alone])
+
+    dev, base, spec = fresh()
+    req = base.make_request(prompt, max_tokens=200, seed=3)
+    dev.submit(base, req, 0.0)
+    while len(req.output) < 40:
+        dev.run_until(dev.next_event_time() or 0.0)
+    moved_at, before = dev.t, len(req.output)
+    dev.migrate(base, spec, req, dev.t)
+    assert base.num_running == 0 and base.stats.finished["abort"] == 1
+    assert req.recompute == before and req.prefilled == 0  # prompt + output to prefill
+    run_all(dev)
+    assert "".join(req.output) == "".join(alone.output) and req.finish_reason == alone.finish_reason
+    assert spec.stats.steps > 0 and req.num_drafts > 0  # drafted from prompt + its own output
+    # to vLLM the continuation is a new request: its whole prefill counts as prompt tokens
+    assert spec.stats.prompt_tokens == len(req.prompt_tokens) + before
+    assert req.last_token_at is not None and req.last_token_at > moved_at
+
+
+def test_a_request_released_mid_step_gets_no_tokens_from_that_step() -> None:
+    dev = Device()
+    base = dev.attach(Engine(EngineConfig("m")))
+    spec = dev.attach(Engine(EngineConfig("m", spec=parse_spec_config(NGRAM5))))
+    req = base.make_request(EDITS[1], max_tokens=50, ignore_eos=True, seed=1)
+    dev.submit(base, req, 0.0)
+    dev.run_until(dev.next_event_time() or 0.0)
+    assert dev.in_flight(base) is not None  # plain's next step, with the request in it, runs
+    n = len(req.output)
+    assert base.release(req)
+    dev.run_until(dev.next_event_time() or 0.0)  # that step ends
+    assert len(req.output) == n and req.finish_reason is None
+    assert not base.release(req)  # no longer there
+    spec.adopt(req, dev.t)
+    assert spec.num_waiting == 1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway.sim import SimConfig, cli_simulate, simulate
 from gateway.sim.run import arrivals
+from gateway.sim.scenarios import Phase
 
 
 def test_static_policies_route_as_named() -> None:
@@ -120,3 +121,20 @@ def test_two_replicas_do_not_split_the_pair() -> None:
         two = simulate(SimConfig(replicas=2, **kw)).replica_summary()  # type: ignore[arg-type]
         assert two["modes_differ"] <= 0.02, (qps, two)
         assert two["both_engines_busy"] <= 1.2 * one["both_engines_busy"] + 0.01, (qps, one, two)
+
+
+def test_moving_requests_at_a_flip_removes_the_drain() -> None:
+    """With ``migrate`` the requests still on the old engine at a mode flip continue on the
+    new one (prefilling prompt + text so far there): every request still finishes, and
+    the pair never runs both engines at once, where the drain had both engines busy."""
+    phases = (Phase(60, 4, 4, None, "0"), Phase(60, 4, 4, None, "1"))  # spec's edge, then plain's
+    drained = simulate(SimConfig(qps=1, phases=phases, seed=1))
+    moved = simulate(SimConfig(qps=1, phases=phases, seed=1, migrate=True))
+    assert all(r.finished_at is not None for r in moved.records)
+    assert len(moved.records) == len(drained.records)
+    assert sum(r.migrated for r in moved.records) > 0 and not any(r.migrated for r in drained.records)
+    assert drained.replica_summary()["both_engines_busy"] > 0.01
+    assert moved.replica_summary()["both_engines_busy"] == 0.0
+    # a static policy has no flip: nothing moves
+    static = simulate(SimConfig(qps=1, phases=phases, seed=1, policy="always-spec", migrate=True))
+    assert not any(r.migrated for r in static.records)

@@ -24,6 +24,7 @@ from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.forward import ProxyCall
+from gateway.proxy.move import MoveBoard
 from gateway.proxy.result import ProxyResult
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
@@ -188,6 +189,12 @@ class Exchange:
         decision_s = time.perf_counter() - t0
         self.headers[ROUTE] = decision.route.value
         self.headers[REASON] = decision.reason
+        if decision.move_from is not None and mrt.config.routing.move_on_flip:
+            board = self.st.moves.get(self.model)
+            asked = board.move(decision.move_from) if board is not None else 0
+            log.info(
+                "regime flip: %d stream(s) asked to leave the %s engine", asked, decision.move_from.value
+            )
         try:
             tel.decided(features, decision, decision_s)
         except Exception:
@@ -223,6 +230,9 @@ class Exchange:
             raw=raw,
             forward_headers=self.st.forward_headers,
             streams=self.st.streams,
+            moves=self.st.moves.setdefault(self.model, MoveBoard())
+            if mrt.config.routing.move_on_flip
+            else None,
         )
         return await call.run()
 

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from gateway.api.learning import SampleBudget
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.proxy.move import MoveBoard
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.stream import SHUTDOWN
 from gateway.telemetry.hooks import Telemetry
@@ -45,6 +46,8 @@ class GatewayState:
     budgets: dict[str, SampleBudget] = field(default_factory=dict)
     draining: bool = False  # set on SIGTERM: /ready is 503 and new requests are refused
     streams: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers relaying a stream
+    # per model: the streams that could move to their sibling at a regime flip
+    moves: dict[str, MoveBoard] = field(default_factory=dict)
 
     _idle: asyncio.Event | None = None
 

@@ -115,11 +115,21 @@ class Engine:
         kind: PromptKind | None = None,
         prompt_tokens: list[str] | None = None,
         n_param: int = 1,
+        continues: tuple[str, str] | None = None,
     ) -> EngineRequest:
+        """``continues``: (the prompt the answer was begun for, the part of it already
+        given) when this request continues an answer (chat's ``continue_final_message``):
+        the answer is that prompt's, from where the given part ends."""
         counter = next(self._ids)
         toks = prompt_tokens if prompt_tokens is not None else tokenize(prompt)
         s = answer_seed(seed, self.config.seed, counter, temperature)
-        gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
+        skip = 0
+        if continues is not None:
+            begun, given = continues
+            gen = AnswerGenerator(begun, tokenize(begun), temperature=temperature, seed=s, kind=kind)
+            skip = len(tokenize(given))
+        else:
+            gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
         req = EngineRequest(
             request_id=request_id or f"req-{counter}",
             prompt=prompt,
@@ -131,6 +141,7 @@ class Engine:
             stop=stop,
             n_param=n_param,
             rng=random.Random(hash((s, counter, self.config.seed, 0x5EED))),
+            skip=skip,
         )
         spec = self.spec
         if spec is not None:
@@ -405,7 +416,8 @@ class Engine:
         """Append up to ``n`` answer tokens to ``req`` and decide whether it finished."""
         cfg = self.config
         start = len(req.output)
-        natural = req.gen.natural_length if not req.ignore_eos else 1 << 60
+        skip = req.skip
+        natural = max(1, req.gen.natural_length - skip) if not req.ignore_eos else 1 << 60
         limit = max(start + 1, min(req.max_tokens, cfg.max_model_len - req.num_prompt_tokens))
         end = max(start + 1, min(start + n, natural, limit))
         finish: str | None = None
@@ -413,7 +425,7 @@ class Engine:
             finish = "stop"
         elif end >= limit:
             finish = "length"
-        toks = req.gen.tokens(start, end)
+        toks = req.gen.tokens(skip + start, skip + end)
         if req.stop:
             toks, hit = apply_stop(req, toks)
             if hit:

@@ -84,6 +84,7 @@ class EngineRequest:
     prefilled: int = 0
     recompute: int = 0  # output tokens to prefill again after a preemption
     continued: bool = False  # moved from the sibling engine: its prefill is a new prompt here
+    skip: int = 0  # answer tokens given before this request (a continuation): it starts after them
     output: list[str] = field(default_factory=list)
     text_len: int = 0
     proposer: PromptLookupProposer | None = None

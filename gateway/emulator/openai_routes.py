@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 
 from aiohttp import web
 
@@ -20,6 +21,7 @@ from gateway.emulator.protocol import (
     SSE_DONE,
     ApiError,
     ParsedRequest,
+    chat_prompt,
     error_body,
     models_body,
     new_id,
@@ -27,6 +29,9 @@ from gateway.emulator.protocol import (
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
+from gateway.text import tokenize
+
+VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
 
 
 def _err(e: ApiError) -> web.Response:
@@ -37,6 +42,39 @@ async def get_models(request: web.Request) -> web.Response:
     h = request.app[ENGINE]
     cfg = h.engine.config
     return json_response(models_body(cfg.served_model_name, cfg.model, cfg.max_model_len, h.created))
+
+
+async def post_tokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /tokenize``: a completion ``prompt`` or chat ``messages`` (with
+    ``add_generation_prompt`` / ``continue_final_message``) → ``count`` and ``tokens``
+    (the emulator's tokens as stable ids)."""
+    h = request.app[ENGINE]
+    if h.dead:
+        cut_connection(request)
+        return web.Response(status=503)
+    cfg = h.engine.config
+    try:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError("request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError("request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != cfg.served_model_name:
+            raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+        if "messages" in body:
+            text = chat_prompt(body)[0]
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise ApiError("prompt must be a string (or give messages)", param="prompt")
+    except ApiError as e:
+        return _err(e)
+    ids = [zlib.crc32(t.encode()) % VOCAB_SIZE for t in tokenize(text)]
+    return json_response(
+        {"count": len(ids), "max_model_len": cfg.max_model_len, "tokens": ids, "token_strs": None}
+    )
 
 
 async def post_completions(request: web.Request) -> web.StreamResponse:
@@ -127,6 +165,7 @@ def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[Engin
                     stop=pr.stop,
                     request_id=f"{rid}-{p_i}-{c}",
                     n_param=pr.n,
+                    continues=pr.continues,
                 )
             )
     return reqs

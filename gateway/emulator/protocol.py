@@ -57,6 +57,7 @@ class ParsedRequest:
     min_p: float
     logit_bias: dict[str, float] = field(default_factory=dict)
     echo: bool = False
+    continues: tuple[str, str] | None = None  # (prompt the answer was begun for, its given part)
 
     @property
     def spec_unsupported(self) -> bool:
@@ -108,10 +109,17 @@ def _content_text(content: Any, i: int) -> str:
     raise ApiError(f"messages[{i}].content must be a string or a list of parts", param="messages")
 
 
-def chat_template(messages: Any) -> str:
-    """Render messages with a Qwen-style chat template (what the engine 'sees')."""
+def chat_template(
+    messages: Any, *, add_generation_prompt: bool = True, continue_final_message: bool = False
+) -> str:
+    """Render messages with a Qwen-style chat template (what the engine 'sees').
+
+    As vLLM: ``continue_final_message`` leaves the last message open (no end-of-turn), so
+    the answer continues it; ``add_generation_prompt`` opens the assistant's turn."""
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages must be a non-empty list", param="messages")
+    if continue_final_message and add_generation_prompt:
+        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -119,9 +127,26 @@ def chat_template(messages: Any) -> str:
         role = m.get("role")
         if role not in CHAT_ROLES:
             raise ApiError(f"messages[{i}].role must be one of {sorted(CHAT_ROLES)}", param="messages")
-        out.append(f"<|im_start|>{role}\n{_content_text(m.get('content'), i)}<|im_end|>\n")
-    out.append("<|im_start|>assistant\n")
+        end = "" if continue_final_message and i == len(messages) - 1 else "<|im_end|>\n"
+        out.append(f"<|im_start|>{role}\n{_content_text(m.get('content'), i)}{end}")
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
     return "".join(out)
+
+
+def chat_prompt(body: dict[str, Any]) -> tuple[str, tuple[str, str] | None]:
+    """The rendered chat prompt, and for a continued answer (``continue_final_message``
+    on an assistant message) the prompt the answer was begun for and its given part."""
+    add = _bool(body, "add_generation_prompt", True)
+    cont = _bool(body, "continue_final_message")
+    messages = body.get("messages")
+    prompt = chat_template(messages, add_generation_prompt=add, continue_final_message=cont)
+    if cont and isinstance(messages, list) and len(messages) > 1:
+        last = messages[-1]
+        if isinstance(last, dict) and last.get("role") == "assistant":
+            begun = chat_template(messages[:-1])
+            return prompt, (begun, _content_text(last.get("content"), len(messages) - 1))
+    return prompt, None
 
 
 def _prompts(body: dict[str, Any]) -> list[str]:
@@ -144,7 +169,12 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
     model = body.get("model")
     if model is not None and model != served_model_name:
         raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
-    prompts = [chat_template(body.get("messages"))] if chat else _prompts(body)
+    continues: tuple[str, str] | None = None
+    if chat:
+        prompt, continues = chat_prompt(body)
+        prompts = [prompt]
+    else:
+        prompts = _prompts(body)
     toks = [tokenize(p) for p in prompts]
     if not all(toks):  # as vLLM: an empty prompt is a client error (it would schedule nothing)
         raise ApiError("The decoder prompt cannot be empty", param="prompt")
@@ -202,6 +232,7 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
         min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
         logit_bias={str(k): float(v) for k, v in (lb or {}).items()},
         echo=_bool(body, "echo"),
+        continues=continues,
     )
 
 

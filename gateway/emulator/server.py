@@ -61,6 +61,7 @@ def build_engine_app(handle: EmulatedEngine) -> web.Application:
     app.router.add_get("/metrics", admin_routes.metrics)
     app.router.add_post("/v1/completions", openai_routes.post_completions)
     app.router.add_post("/v1/chat/completions", openai_routes.post_chat)
+    app.router.add_post("/tokenize", openai_routes.post_tokenize)
     app.router.add_get("/_emulator/faults", admin_routes.get_faults)
     app.router.add_post("/_emulator/faults", admin_routes.post_faults)
     app.router.add_get("/_emulator/state", admin_routes.state)

@@ -30,6 +30,7 @@ from aiohttp import web
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
+from gateway.proxy.move import MoveBoard, MoveRequest
 from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
@@ -71,8 +72,25 @@ class ProxyCall(StreamRelay, BodyRelay):
     raw: bytes = b""  # the client's body as received (spliced, not re-serialised, when exact)
     forward_headers: frozenset[str] = frozenset()  # server.forward_headers (beyond the allow-list)
     streams: set[asyncio.Task[Any]] | None = None  # where a relaying stream registers (shutdown cuts it)
+    moves: MoveBoard | None = None  # the model's streams that may move at a flip (None: never)
+    move_request: MoveRequest | None = None  # set by run() when this request could move
 
     async def run(self) -> ProxyResult:
+        if self.moves is not None and self.stream:
+            t = self.model.timeouts
+            req = MoveRequest(
+                self.body,
+                self.endpoint,
+                self.request_id,
+                self.request.headers,
+                self.forward_headers,
+                t.connect_s,
+                t.first_byte_s,
+            )
+            self.move_request = req if req.can_move() else None
+        return await self._run()
+
+    async def _run(self) -> ProxyResult:
         d = self.decision
         candidates = [d.engine]
         if d.fallback and d.fallback != d.engine and self.model.retry.on_sibling:

@@ -12,15 +12,20 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from gateway.engines.runtime import EngineRuntime
+from gateway.proxy.move import Continuation, MoveBoard, MoveRequest, MoveTicket, continue_on
+from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.relay import Relay
 from gateway.proxy.result import ProxyResult
 from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
+from gateway.routing.types import Decision
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
@@ -44,6 +49,13 @@ class StreamRelay(Relay):
     # Where a relaying task registers itself while it streams (so that shutdown can cut
     # it with :data:`SHUTDOWN`); None: nobody cuts streams.
     streams: set[asyncio.Task[Any]] | None
+    # The model's streams that could move at a regime flip (:mod:`gateway.proxy.move`);
+    # None: this stream never moves.
+    moves: MoveBoard | None
+    move_request: MoveRequest | None
+    engines: Mapping[str, EngineRuntime]
+    pool: UpstreamPool
+    decision: Decision
 
     async def _relay_stream(
         self,
@@ -102,10 +114,21 @@ class StreamRelay(Relay):
         deadline: float,
         result: ProxyResult,
     ) -> None:
+        side = _Side(rt, resp)
+        try:
+            await self._pump(side, chunk, out, deadline, result)
+        finally:
+            if side.rt is not rt:  # moved: the sibling's response is the relay's own to close
+                _release(side.resp)
+                side.rt.inflight -= 1
+                rt.inflight += 1  # the attempt's own count (rt.track) ends with the attempt
+
+    async def _pump(
+        self, side: _Side, chunk: bytes, out: web.StreamResponse, deadline: float, result: ProxyResult
+    ) -> None:
         loop = asyncio.get_running_loop()
         t = self.model.timeouts
-        content = resp.content
-
+        rt, content = side.rt, side.resp.content
         patterns = self._patterns(rt)
         harvest = result.harvest
         swallow_usage = not self.include_usage
@@ -113,6 +136,8 @@ class StreamRelay(Relay):
         saw_done = False
         broken: str | None = None
         idle = _IdleTimer(loop, t.idle_s, deadline)
+        ticket = self._enlist(rt)
+        cont: Continuation | None = None
         try:
             async with asyncio.timeout(None) as tm:
                 while True:
@@ -125,17 +150,32 @@ class StreamRelay(Relay):
                     if parts:
                         pieces: list[bytes] = []
                         for ev in parts:
-                            piece, done = self._event(ev, patterns, harvest, swallow_usage, result, loop)
+                            piece, done = self._event(
+                                ev, patterns, harvest, swallow_usage, result, loop, cont
+                            )
                             if piece:
                                 pieces.append(piece)
                             saw_done = saw_done or done
                         if pieces:
+                            data = b"".join(pieces)
                             # The write waits only when the client's buffer is full: then it is
                             # the client that is slow, timed by its own limit, never the engine's.
                             idle.client(tm, t.client_stall_s)
-                            await out.write(b"".join(pieces))
+                            await out.write(data)
+                            if ticket is not None and not ticket.keep(data):
+                                self._withdraw(ticket)
+                                ticket = None
                     if saw_done:
                         break
+                    if ticket is not None and ticket.wanted:
+                        idle.touch(tm)  # the sibling's answer is bounded by its own budget
+                        cont = await self._move(side, ticket, deadline)
+                        self._withdraw(ticket)  # a stream moves at most once
+                        ticket = None
+                        if cont is not None:
+                            rt, content, chunk = side.rt, side.resp.content, side.first
+                            patterns, buf = self._patterns(rt), b""
+                            continue
                     idle.touch(tm)  # a float store per chunk, not a timer
                     chunk = await content.readany()
                     if not chunk:
@@ -151,9 +191,76 @@ class StreamRelay(Relay):
             broken = "disconnected"
         finally:
             idle.close()
+            if ticket is not None:
+                self._withdraw(ticket)
+        await self._finish_stream(rt, content, buf, out, broken, saw_done, patterns, cont, result, loop)
+
+    def _enlist(self, rt: EngineRuntime) -> MoveTicket | None:
+        """A ticket on the model's move board when this stream could continue on its sibling."""
+        if self.moves is None or self.move_request is None or self._sibling(rt) is None:
+            return None
+        return self.moves.enlist(rt.route)
+
+    def _withdraw(self, ticket: MoveTicket) -> None:
+        if self.moves is not None:
+            self.moves.withdraw(ticket)
+
+    def _sibling(self, rt: EngineRuntime) -> EngineRuntime | None:
+        """The other engine of the pair the decision chose (a usable one), if any."""
+        d = self.decision
+        name = d.fallback if rt.name == d.engine else d.engine
+        other = self.engines.get(name) if name else None
+        ok = other is not None and other is not rt and other.healthy() and not other.draining
+        return other if ok else None
+
+    async def _move(self, side: _Side, ticket: MoveTicket, deadline: float) -> Continuation | None:
+        """Continue the answer on the sibling (:func:`gateway.proxy.move.continue_on`); on
+        success ``side`` is the sibling's and the old engine's response is closed (vLLM
+        aborts the request there), else nothing changed and the old stream goes on."""
+        sibling = self._sibling(side.rt)
+        req = self.move_request
+        if sibling is None or req is None:
+            return None
+        got = await continue_on(req, sibling, self.pool.session(sibling.name), ticket, deadline)
+        if isinstance(got, str):
+            if got not in _NOT_THE_ENGINES:
+                sibling.record_failure(got)
+            self._moved(side.rt.name, got)
+            return None
+        resp, first, cont = got
+        sibling.record_success()
+        side.resp.close()  # the old engine aborts the request
+        side.rt.inflight -= 1
+        sibling.inflight += 1
+        self._moved(side.rt.name, "moved")
+        side.rt, side.resp, side.first = sibling, resp, first
+        return cont
+
+    def _moved(self, engine: str, result: str) -> None:
+        try:
+            self.telemetry.stream_moved(engine, result)
+        except Exception:
+            log.exception("telemetry stream_moved failed")
+
+    async def _finish_stream(
+        self,
+        rt: EngineRuntime,
+        content: aiohttp.StreamReader,
+        buf: bytes,
+        out: web.StreamResponse,
+        broken: str | None,
+        saw_done: bool,
+        patterns: Patterns,
+        cont: Continuation | None,
+        result: ProxyResult,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """The end of a stream: its last event, the error event of a break, ``[DONE]``."""
+        harvest = result.harvest
+        swallow_usage = not self.include_usage
         if broken is None and not saw_done:
             if buf.strip():
-                piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop)
+                piece, saw_done = self._event(buf, patterns, harvest, swallow_usage, result, loop, cont)
                 if piece:
                     await out.write(piece)
             if not saw_done and harvest.error is None:
@@ -215,13 +322,15 @@ class StreamRelay(Relay):
         swallow_usage: bool,
         result: ProxyResult,
         loop: asyncio.AbstractEventLoop,
+        cont: Continuation | None = None,
     ) -> tuple[bytes, bool]:
-        """One SSE event → (bytes to send, saw [DONE])."""
+        """One SSE event → (bytes to send, saw [DONE]); ``cont``: the event comes from the
+        sibling that continues a moved answer, and is rewritten into the client's."""
         if ev.startswith(b"data:"):
             data = ev[5:].strip()
             if data == b"[DONE]":
                 return DONE, True
-            if not harvest.collect_text and not _slow(data):
+            if cont is None and not harvest.collect_text and not _slow(data):
                 # Fast path for the plain content chunks that make up almost all of a stream:
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
@@ -236,6 +345,12 @@ class StreamRelay(Relay):
                 return ev + b"\n\n", False
             if not isinstance(obj, dict):
                 return ev + b"\n\n", False
+            if cont is not None:
+                if not cont.apply(obj):
+                    return b"", False
+                if "model" in obj:
+                    obj["model"] = self.client_model
+                data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
             if harvest.take(obj):
                 self._token_seen(result)
             if harvest.error is not None and (err := engine_error(obj, None)) is not None:
@@ -244,6 +359,28 @@ class StreamRelay(Relay):
                 return b"", False
             return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
         return ev + b"\n\n", False
+
+
+# Why a move did not happen that is nobody's failure (the sibling was not asked, or has
+# nothing to add): not held against the sibling's health.
+_NOT_THE_ENGINES = frozenset({"nothing_to_move"})
+
+
+@dataclass(slots=True)
+class _Side:
+    """The engine a stream is relayed from, and its response (the sibling's after a move)."""
+
+    rt: EngineRuntime
+    resp: aiohttp.ClientResponse
+    first: bytes = b""  # the sibling's first bytes, read before the move was made
+
+
+def _release(resp: aiohttp.ClientResponse) -> None:
+    """Keep the connection only when the response was read to the end; else close it."""
+    if resp.content.is_eof():
+        resp.release()
+    else:
+        resp.close()
 
 
 def _slow(data: bytes) -> bool:

@@ -49,6 +49,15 @@ class RoutingConfig(BaseModel):
         "old engine's requests running beside the new one's, which slows both for about one request "
         "duration; decisive changes flip in seconds, a prediction hovering near break-even never does",
     )
+    move_on_flip: bool = Field(
+        True,
+        description="at a regime flip, move the streams still running on the old engine to the new one: "
+        "the gateway stops relaying the old engine (which aborts the request there) and the new engine "
+        "continues the answer from the text already sent (chat: continue_final_message; completions: "
+        "the prompt plus that text), so both engines do not step side by side while the old one drains. "
+        "Only streams whose continuation is exact move (n=1, no seed, logprobs, tools or structured "
+        "output; see the README); the others drain",
+    )
     noise_z: float = Field(
         1.0,
         ge=0.0,

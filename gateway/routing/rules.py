@@ -85,6 +85,7 @@ def decide_route(
     predicted_acceptance: float | None = None,
     probe: bool = False,
     predicted_tpot_s: float | None = None,
+    move_from: Route | None = None,
 ) -> Decision:
     """Build a policy decision for ``route`` on ``pair`` (retryable on the sibling);
     ``predicted_tpot_s`` is kept only when the request really goes to ``route``."""
@@ -98,4 +99,5 @@ def decide_route(
         predicted_acceptance=predicted_acceptance,
         probe=probe,
         predicted_tpot_s=predicted_tpot_s if d.route is route else None,
+        move_from=move_from if d.route is route else None,
     )

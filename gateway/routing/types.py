@@ -191,6 +191,10 @@ class Decision:
     # of that engine (a probe, or the other engine of the pair was busy). Returned in the
     # Outcome so that the policy learns how far its model is from what it measured.
     predicted_tpot_s: float | None = None
+    # This decision flipped the regime: the streams still running on this route's engines
+    # should continue on their siblings (the gateway moves those it can; see
+    # :mod:`gateway.pipeline.continuation`), so the old engine does not drain beside the new.
+    move_from: Route | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,14 +137,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "both engines ran requests",
     )
     parser.add_argument(
-        "--migrate",
-        action="store_true",
-        help="experiment (the gateway's proxy does not do this yet): at each mode flip, adaptive moves "
-        "the requests still running on the old engine to the new one, which prefills their prompt and "
-        "the text generated so far and continues them, instead of letting the old engine drain beside "
-        "the new",
-    )
-    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -189,7 +181,6 @@ def _sim_config(
         spec_overhead_ms=args.spec_overhead_ms,
         max_num_seqs=args.max_num_seqs,
         routing=routing if policy == ADAPTIVE else {},
-        migrate=args.migrate and policy == ADAPTIVE,
         phases=phases,
         warmup_s=args.warmup,
         replicas=args.replicas or 1,

@@ -9,6 +9,7 @@ from gateway.emulator.device import Device
 from gateway.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
 from gateway.emulator.spec import parse_spec_config
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS
+from gateway.pipeline.continuation import continuation_body, movable
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
 from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
 from gateway.routing.config import RoutingConfig
@@ -44,7 +45,6 @@ class SimConfig:
     # The spec engine's truth against the router's profile: what speculation adds to a step
     # (verification beyond one token, drafting) × this. 1 = the router's prior is right.
     spec_cost_scale: float = 1.0
-    migrate: bool = False  # at a mode flip, move in-flight requests to the new engine
     spec_overhead_ms: float = 0.0  # ...and host time every spec step adds beyond the profile's
     # More of the speculative config (vLLM's --speculative-config keys), e.g. synthetic
     # acceptance rates; merged over method and k.
@@ -271,15 +271,21 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         )
         policies[rec.replica].observe(outcome, now)
 
-    def migrate(replica: int, to: Route, t: float) -> None:
-        """Move this replica's requests on the other engine to ``to`` (a mode flip)."""
-        old = to.other
+    def move(replica: int, old: Route, t: float) -> None:
+        """A flip's move (``Decision.move_from``): this replica's streams on ``old`` that the
+        gateway could continue elsewhere (:mod:`gateway.pipeline.continuation`) go on on the
+        sibling, which prefills their prompt and the text so far."""
+        to = old.other
         for key in list(by_req):
             entry = by_req.get(key)
             if entry is None:
                 continue
             rec, req, parsed, d = entry
-            if rec.replica != replica or d.route is not old:
+            if rec.replica != replica or d.route is not old or rec.migrated or not req.output:
+                continue
+            if not movable(parsed.body, CHAT) or (
+                continuation_body(parsed.body, CHAT, "".join(req.output), len(req.output), MODEL) is None
+            ):
                 continue
             events = device.migrate(mons[old].engine, mons[to].engine, req, t)
             by_req[key] = (rec, req, parsed, replace(d, route=to, predicted_tpot_s=None))
@@ -296,12 +302,9 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             mons[Route.BASE].view(own[replica, Route.BASE]),
             "gpu0",
         )
-        pol = policies[replica]
-        before = _flips(pol)
-        d = pol.decide(feats, ModelView(MODEL, (pair,)), t)
-        after = _flips(pol)
-        if cfg.migrate and before is not None and after is not None and after[0] != before[0]:
-            migrate(replica, Route.SPEC if after[1] else Route.BASE, t)
+        d = policies[replica].decide(feats, ModelView(MODEL, (pair,)), t)
+        if d.move_from is not None:
+            move(replica, d.move_from, t)
         mon = mons[d.route]
         rec = RequestRecord(
             t,
@@ -357,12 +360,3 @@ def _mode(policy: object) -> str | None:
     if not isinstance(speculating, bool):
         return None
     return "speculating" if speculating else "fallback"
-
-
-def _flips(policy: object) -> tuple[int, bool] | None:
-    """(mode flips so far, speculating) of a policy with a mode; None for one without."""
-    mode = getattr(policy, "mode", None)
-    flips, speculating = getattr(mode, "flips", None), getattr(mode, "speculating", None)
-    if isinstance(flips, int) and isinstance(speculating, bool):
-        return flips, speculating
-    return None

@@ -32,6 +32,11 @@ class RequestTelemetry(Protocol):
         """The first content token reached the client (TTFT)."""
         ...
 
+    def stream_moved(self, engine: str, result: str) -> None:
+        """A regime flip asked this stream to leave ``engine``: ``moved`` (the sibling
+        continues it) or why it stayed (``tokenize``, ``status_503``, ...)."""
+        ...
+
     def finished(
         self,
         status: int,
@@ -68,6 +73,9 @@ class _NullRequest:
         return None
 
     def first_token(self) -> None:
+        return None
+
+    def stream_moved(self, engine: str, result: str) -> None:
         return None
 
     def finished(

@@ -184,6 +184,15 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.stream_moves = _Labelled(
+            Counter(
+                "specgate_stream_moves",
+                "Streams a regime flip asked to leave an engine for its sibling, by the engine left and "
+                "the result: moved (the sibling continues the answer) or why the stream stayed.",
+                ["engine", "result"],
+                registry=r,
+            )
+        )
         self.scrapes = _Labelled(
             Counter(
                 "specgate_engine_scrapes",

@@ -246,6 +246,15 @@ class _Request:
         except Exception:  # pragma: no cover
             log.exception("telemetry upstream_failed() failed")
 
+    def stream_moved(self, engine: str, result: str) -> None:
+        try:
+            m = self.tel.metrics
+            m.stream_moves.labels(m.engine(engine), m.error(result)).inc()
+            if self._span is not None:
+                self._span.add_event("stream_moved", {"specgate.engine": engine, "specgate.result": result})
+        except Exception:  # pragma: no cover
+            log.exception("telemetry stream_moved() failed")
+
     def first_token(self) -> None:
         if self._t_first is None:
             self._t_first = self.tel.clock()

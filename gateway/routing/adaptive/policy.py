@@ -174,6 +174,10 @@ class AdaptivePolicy:
         ):
             self.mode.follow(False)
             speculating = False
+        # A flip of the regime by evidence (not a quiet pair following its device): the old
+        # engine's streams move to the new one where the gateway can (move_on_flip).
+        quiet = self._quiet_pair(in_flight) and not shared
+        moving = self.cfg.move_on_flip and speculating != was and not quiet
         no_data = evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.mode.margin
 
@@ -182,7 +186,6 @@ class AdaptivePolicy:
         decode_ms = (costs.spec_ms - costs.shared_ms) / self._inv_e_mix() / e
         own_spec_ms = decode_ms + costs.shared_ms  # this request's, on spec
         own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
-        quiet = self._quiet_pair(in_flight) and not shared
         if quiet and not device.split:
             if device.runs_spec or device.runs_base:  # one engine running: join it
                 route = Route.SPEC if device.runs_spec else Route.BASE
@@ -192,7 +195,7 @@ class AdaptivePolicy:
                 reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
             self._routing = route
             self.mode.follow(route is Route.SPEC)
-        elif self._handover(target, pair, now):
+        elif self._handover(target, pair, now, moving=moving):
             route, reason = target.other, Reason.HANDOVER
         elif speculating:
             route = Route.SPEC
@@ -238,6 +241,7 @@ class AdaptivePolicy:
             predicted_acceptance=round(e, 4),
             probe=probe,
             predicted_tpot_s=predicted,
+            move_from=target.other if moving else None,
         )
         return self._record(features, d, now, e)
 
@@ -276,7 +280,7 @@ class AdaptivePolicy:
         found, mean = life[-1], sum(life) / len(life)
         return found if abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR) else None
 
-    def _handover(self, target: Route, pair: PairView, now: float) -> bool:
+    def _handover(self, target: Route, pair: PairView, now: float, *, moving: bool = False) -> bool:
         """Whether the request still goes to the old mode's engine after a flip.
 
         A flip costs its drain: while the old engine still runs requests, every new one on
@@ -284,9 +288,10 @@ class AdaptivePolicy:
         last request it is about to idle, and the flip is then nearly free: new requests
         keep going to it until it is idle, for at most one mean request duration. With more
         in flight, feeding it would only stretch the drain by a new request's whole life,
-        so the switch is made at once.
+        so the switch is made at once. A flip that moves the old engine's streams
+        (``moving``) empties it at once: nothing is handed over.
         """
-        if self._routing is None or self._routing is target:
+        if moving or self._routing is None or self._routing is target:
             self._routing = target
             return False
         old = pair.spec if self._routing is Route.SPEC else pair.base

@@ -1,0 +1,171 @@
+"""A regime flip moves a running stream to the sibling engine: OpenAI SDK → gateway →
+emulated vLLM pair (real sockets). The client sees one answer: the same text as without
+the move (greedy decoding continues its own answer), one id, one opening chunk, usage
+that counts the whole answer; the old engine aborts the request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.api.app import build_app
+from gateway.api.state import STATE
+from gateway.config import GatewayConfig
+from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.routing.rules import apply_hard_rules, decide_route
+from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
+from gateway.telemetry import build_telemetry
+
+pytestmark = pytest.mark.timeout(90)
+
+EDIT = [
+    {
+        "role": "user",
+        "content": "Add type hints, return the full file unchanged otherwise:\n```python\n"
+        + "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(40))
+        + "```",
+    }
+]
+TOKENS = 240
+
+
+@dataclass
+class Flipper:
+    """Spec until told to flip; the flip's decision names the route to move from."""
+
+    name: str = "flipper"
+    flip: bool = False
+    moved_once: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
+        pre = apply_hard_rules(features, view)
+        if pre.decision is not None:
+            return pre.decision
+        if not self.flip:
+            return decide_route(pre.pair, Route.SPEC, Reason.PREDICTED_FASTER)
+        move = None if self.moved_once else Route.SPEC
+        self.moved_once = True
+        return decide_route(pre.pair, Route.BASE, Reason.BELOW_BREAK_EVEN, move_from=move)
+
+    def observe(self, outcome: Outcome, now: float) -> None:
+        self.outcomes.append(outcome)
+
+    def snapshot(self) -> dict[str, object]:
+        return {}
+
+
+@pytest.fixture
+async def slow_pair() -> AsyncIterator[EmulatorGroup]:
+    """A pair in real time: a 240-token answer takes over a second, so a flip lands mid-stream."""
+    group = await start_group(pair_launches(port_spec=0, port_base=0), time_scale=1.0)
+    try:
+        yield group
+    finally:
+        await group.stop()
+
+
+def _config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
+    from gateway.config import load_config
+
+    spec, base = group.engines
+    return load_config(
+        None,
+        env={},
+        overrides={
+            "server.port": 0,
+            "models.0.pairs.0.spec.url": spec.url,
+            "models.0.pairs.0.base.url": base.url,
+            "scrape.interval_s": 0.1,
+            **overrides,
+        },
+    )
+
+
+async def _stream(client: openai.AsyncOpenAI, on_chunk: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    stream = await client.chat.completions.create(
+        model="qwen3-8b",
+        messages=EDIT,  # type: ignore[arg-type]
+        temperature=0,
+        max_tokens=TOKENS,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    text, ids, roles, usage, finish = "", set(), 0, None, None
+    n = 0
+    async for chunk in stream:
+        ids.add(chunk.id)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            roles += c.delta.role is not None
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+        n += 1
+        if on_chunk is not None:
+            await on_chunk(n)
+    return {"text": text, "ids": ids, "roles": roles, "usage": usage, "finish": finish}
+
+
+async def _metric(url: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` at ``url``/metrics whose labels include ``labels``."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        body = await r.text()
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(slow_pair: EmulatorGroup) -> None:
+    spec, base = slow_pair.engines
+    policy = Flipper()
+    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
+    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        reference = await _stream(client)  # all on spec
+        flipped = asyncio.Event()
+
+        async def flip_after_some(n: int) -> None:
+            if n == 8 and not flipped.is_set():
+                policy.flip = True
+                other = await client.chat.completions.create(
+                    model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                assert other.choices[0].message.content is not None
+                flipped.set()
+
+        moved = await _stream(client, flip_after_some)
+        assert flipped.is_set()
+        # one answer: the same greedy text, one id, one opening chunk, the whole usage
+        assert moved["text"] == reference["text"]
+        assert len(moved["ids"]) == 1 and moved["roles"] == 1
+        assert moved["finish"] == "length"
+        assert moved["usage"].completion_tokens == reference["usage"].completion_tokens == TOKENS
+        # the text so far is tokenized again where the chat template joins it: a token or so
+        assert abs(moved["usage"].prompt_tokens - reference["usage"].prompt_tokens) <= 2
+        # the spec engine aborted it; the plain engine finished the continuation
+        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
+        # (and the flip's own 2-token request)
+        assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 2
+        gw_url = str(gw.make_url("")).rstrip("/")
+        assert await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved") == 1
+        st = gw.app[STATE]
+        assert len(st.moves["qwen3-8b"]) == 0  # every ticket withdrawn
+        assert all(e.inflight == 0 for e in st.models["qwen3-8b"].engines.values())
+    finally:
+        await client.close()
+        await gw.close()

@@ -30,7 +30,8 @@ from aiohttp import web
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
-from gateway.proxy.move import MoveBoard, MoveRequest
+from gateway.proxy.handoff import MoveRequest
+from gateway.proxy.move import MoveBoard
 from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable

@@ -23,25 +23,13 @@ A stream moves at most once.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-import yarl
-
-from gateway.engines.runtime import EngineRuntime
-from gateway.pipeline.continuation import continuation_body, movable, tokenize_body, tokenize_count
 from gateway.routing.types import Route
-from gateway.wire.headers import REQUEST_ID, upstream_headers
-
-log = logging.getLogger(__name__)
 
 MAX_KEPT_BYTES = 512 * 1024  # events kept per stream for a move; beyond, the stream stays
-TOKENIZE_BUDGET_S = 2.0  # at most this for the sibling's /tokenize (within the first-byte budget)
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 @dataclass(eq=False, slots=True)
@@ -159,84 +147,3 @@ def sent_answer(sent: list[bytes]) -> tuple[str, str | None, int | None] | None:
             if isinstance(text, str):
                 parts.append(text)
     return "".join(parts), rid, created
-
-
-@dataclass(slots=True)
-class MoveRequest:
-    """What a move needs of the request (the relay's :class:`~gateway.proxy.forward.ProxyCall`)."""
-
-    body: dict[str, Any]
-    endpoint: str
-    request_id: str
-    client_headers: Any  # the client's request headers (allow-listed before forwarding)
-    forward_headers: frozenset[str]
-    connect_s: float
-    first_byte_s: float
-
-    def can_move(self) -> bool:
-        return movable(self.body, self.endpoint)
-
-
-async def continue_on(
-    req: MoveRequest,
-    sibling: EngineRuntime,
-    session: aiohttp.ClientSession,
-    ticket: MoveTicket,
-    deadline: float,
-) -> tuple[aiohttp.ClientResponse, bytes, Continuation] | str:
-    """Ask ``sibling`` for the rest of the answer. Returns its response, its first bytes and
-    the rewriting, or why it could not (``nothing_to_move``, ``tokenize``, ``connect``,
-    ``status_NNN``, ``first_byte_timeout``, ``disconnected``): the stream then stays."""
-    answer = sent_answer(ticket.sent)
-    if answer is None or not answer[0]:
-        return "nothing_to_move"
-    text, rid, created = answer
-    loop = asyncio.get_running_loop()
-    first_deadline = min(deadline, loop.time() + req.first_byte_s)
-    served = sibling.config.served_model_name
-    headers = upstream_headers(req.client_headers, req.forward_headers)
-    headers[REQUEST_ID] = req.request_id
-    headers["Content-Type"] = "application/json"
-    headers.update(sibling.config.auth_headers())
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=req.connect_s)
-    base = sibling.config.url
-    try:
-        async with asyncio.timeout_at(min(first_deadline, loop.time() + TOKENIZE_BUDGET_S)):
-            async with session.post(
-                yarl.URL(base + "/tokenize"),
-                json=tokenize_body(text, served),
-                headers=headers,
-                timeout=timeout,
-            ) as tr:
-                n = tokenize_count(await tr.json(content_type=None)) if tr.status == 200 else None
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-        n = None
-    if n is None:
-        return "tokenize"
-    body = continuation_body(req.body, req.endpoint, text, n, served)
-    if body is None:
-        return "nothing_to_move"
-    resp: aiohttp.ClientResponse | None = None
-    try:
-        async with asyncio.timeout_at(first_deadline):
-            resp = await session.post(
-                yarl.URL(base + _PATHS[req.endpoint]), json=body, headers=headers, timeout=timeout
-            )
-            if resp.status != 200 or not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-                resp.close()
-                return f"status_{resp.status}"
-            chunk = resp.content.read_nowait()
-            if not chunk and not resp.content.at_eof():
-                chunk = await resp.content.readany()
-    except TimeoutError:
-        if resp is not None:
-            resp.close()
-        return "first_byte_timeout"
-    except (aiohttp.ClientError, OSError):
-        if resp is not None:
-            resp.close()
-        return "connect" if resp is None else "disconnected"
-    if not chunk:
-        resp.close()
-        return "disconnected"
-    return resp, chunk, Continuation(rid, created, n)

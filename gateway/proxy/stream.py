@@ -12,20 +12,16 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from gateway.engines.runtime import EngineRuntime
-from gateway.proxy.move import Continuation, MoveBoard, MoveRequest, MoveTicket, continue_on
-from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.relay import Relay
+from gateway.proxy.handoff import MoveRelay, Side, release
+from gateway.proxy.move import Continuation
 from gateway.proxy.result import ProxyResult
 from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
-from gateway.routing.types import Decision
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
@@ -41,7 +37,7 @@ MAX_SSE_EVENT = 4 * 1024 * 1024  # one server-sent event larger than this breaks
 SHUTDOWN = "specgate: shutdown grace period over"
 
 
-class StreamRelay(Relay):
+class StreamRelay(MoveRelay):
     """Mixin of :class:`gateway.proxy.forward.ProxyCall`: the streaming half of an attempt."""
 
     __slots__ = ()
@@ -49,13 +45,6 @@ class StreamRelay(Relay):
     # Where a relaying task registers itself while it streams (so that shutdown can cut
     # it with :data:`SHUTDOWN`); None: nobody cuts streams.
     streams: set[asyncio.Task[Any]] | None
-    # The model's streams that could move at a regime flip (:mod:`gateway.proxy.move`);
-    # None: this stream never moves.
-    moves: MoveBoard | None
-    move_request: MoveRequest | None
-    engines: Mapping[str, EngineRuntime]
-    pool: UpstreamPool
-    decision: Decision
 
     async def _relay_stream(
         self,
@@ -114,17 +103,17 @@ class StreamRelay(Relay):
         deadline: float,
         result: ProxyResult,
     ) -> None:
-        side = _Side(rt, resp)
+        side = Side(rt, resp)
         try:
             await self._pump(side, chunk, out, deadline, result)
         finally:
             if side.rt is not rt:  # moved: the sibling's response is the relay's own to close
-                _release(side.resp)
+                release(side.resp)
                 side.rt.inflight -= 1
                 rt.inflight += 1  # the attempt's own count (rt.track) ends with the attempt
 
     async def _pump(
-        self, side: _Side, chunk: bytes, out: web.StreamResponse, deadline: float, result: ProxyResult
+        self, side: Side, chunk: bytes, out: web.StreamResponse, deadline: float, result: ProxyResult
     ) -> None:
         loop = asyncio.get_running_loop()
         t = self.model.timeouts
@@ -194,53 +183,6 @@ class StreamRelay(Relay):
             if ticket is not None:
                 self._withdraw(ticket)
         await self._finish_stream(rt, content, buf, out, broken, saw_done, patterns, cont, result, loop)
-
-    def _enlist(self, rt: EngineRuntime) -> MoveTicket | None:
-        """A ticket on the model's move board when this stream could continue on its sibling."""
-        if self.moves is None or self.move_request is None or self._sibling(rt) is None:
-            return None
-        return self.moves.enlist(rt.route)
-
-    def _withdraw(self, ticket: MoveTicket) -> None:
-        if self.moves is not None:
-            self.moves.withdraw(ticket)
-
-    def _sibling(self, rt: EngineRuntime) -> EngineRuntime | None:
-        """The other engine of the pair the decision chose (a usable one), if any."""
-        d = self.decision
-        name = d.fallback if rt.name == d.engine else d.engine
-        other = self.engines.get(name) if name else None
-        ok = other is not None and other is not rt and other.healthy() and not other.draining
-        return other if ok else None
-
-    async def _move(self, side: _Side, ticket: MoveTicket, deadline: float) -> Continuation | None:
-        """Continue the answer on the sibling (:func:`gateway.proxy.move.continue_on`); on
-        success ``side`` is the sibling's and the old engine's response is closed (vLLM
-        aborts the request there), else nothing changed and the old stream goes on."""
-        sibling = self._sibling(side.rt)
-        req = self.move_request
-        if sibling is None or req is None:
-            return None
-        got = await continue_on(req, sibling, self.pool.session(sibling.name), ticket, deadline)
-        if isinstance(got, str):
-            if got not in _NOT_THE_ENGINES:
-                sibling.record_failure(got)
-            self._moved(side.rt.name, got)
-            return None
-        resp, first, cont = got
-        sibling.record_success()
-        side.resp.close()  # the old engine aborts the request
-        side.rt.inflight -= 1
-        sibling.inflight += 1
-        self._moved(side.rt.name, "moved")
-        side.rt, side.resp, side.first = sibling, resp, first
-        return cont
-
-    def _moved(self, engine: str, result: str) -> None:
-        try:
-            self.telemetry.stream_moved(engine, result)
-        except Exception:
-            log.exception("telemetry stream_moved failed")
 
     async def _finish_stream(
         self,
@@ -359,28 +301,6 @@ class StreamRelay(Relay):
                 return b"", False
             return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
         return ev + b"\n\n", False
-
-
-# Why a move did not happen that is nobody's failure (the sibling was not asked, or has
-# nothing to add): not held against the sibling's health.
-_NOT_THE_ENGINES = frozenset({"nothing_to_move"})
-
-
-@dataclass(slots=True)
-class _Side:
-    """The engine a stream is relayed from, and its response (the sibling's after a move)."""
-
-    rt: EngineRuntime
-    resp: aiohttp.ClientResponse
-    first: bytes = b""  # the sibling's first bytes, read before the move was made
-
-
-def _release(resp: aiohttp.ClientResponse) -> None:
-    """Keep the connection only when the response was read to the end; else close it."""
-    if resp.content.is_eof():
-        resp.release()
-    else:
-        resp.close()
 
 
 def _slow(data: bytes) -> bool:

@@ -305,3 +305,40 @@ async def test_slow_metrics_fault_delays_the_scrape(pair: EmulatorGroup) -> None
         with pytest.raises(asyncio.TimeoutError):
             async with s.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=0.1)) as r:
                 await r.text()
+
+
+async def test_tokenize_and_continue_final_message_continue_the_same_answer(pair: EmulatorGroup) -> None:
+    """As vLLM: ``/tokenize`` counts a text's tokens, and a chat request whose last message
+    is the assistant's, with ``continue_final_message``, continues that message. At T=0 the
+    plain engine continues the spec engine's own answer word for word."""
+    spec_url, base_url = pair.urls
+    messages: list[dict[str, str]] = [{"role": "user", "content": EDITS[0]}]
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "qwen3-8b-spec", "messages": messages, "temperature": 0, "max_tokens": 120}
+        async with s.post(spec_url + "/v1/chat/completions", json={**body, "ignore_eos": True}) as r:
+            whole = (await r.json())["choices"][0]["message"]["content"]
+        toks = tokenize(whole)
+        head = "".join(toks[:40])
+        async with s.post(base_url + "/tokenize", json={"model": "qwen3-8b-base", "prompt": head}) as r:
+            counted = await r.json()
+        assert counted["count"] == len(tokenize(head)) == len(counted["tokens"])
+        cont = {
+            "model": "qwen3-8b-base",
+            "messages": [*messages, {"role": "assistant", "content": head}],
+            "temperature": 0,
+            "max_tokens": 120 - counted["count"],
+            "ignore_eos": True,
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+        }
+        async with s.post(base_url + "/v1/chat/completions", json=cont) as r:
+            rest = await r.json()
+        assert head + rest["choices"][0]["message"]["content"] == whole
+        assert rest["usage"]["completion_tokens"] == 120 - counted["count"]
+        # both flags on is a client error, as in vLLM
+        async with s.post(
+            base_url + "/v1/chat/completions", json={**cont, "add_generation_prompt": True}
+        ) as r:
+            assert r.status == 400 and "continue_final_message" in (await r.json())["error"]["message"]
+        async with s.post(base_url + "/tokenize", json={"model": "other", "prompt": "x"}) as r:
+            assert r.status == 404

@@ -89,7 +89,9 @@ def _config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
     )
 
 
-async def _stream(client: openai.AsyncOpenAI, on_chunk: Callable[[int], Any] | None = None) -> dict[str, Any]:
+async def _stream(
+    client: openai.AsyncOpenAI, on_chunk: Callable[[int], Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     stream = await client.chat.completions.create(
         model="qwen3-8b",
         messages=EDIT,  # type: ignore[arg-type]
@@ -98,6 +100,7 @@ async def _stream(client: openai.AsyncOpenAI, on_chunk: Callable[[int], Any] | N
         stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
+        **extra,
     )
     text, ids, roles, usage, finish = "", set(), 0, None, None
     n = 0
@@ -166,6 +169,73 @@ async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(slow_pair:
         st = gw.app[STATE]
         assert len(st.moves["qwen3-8b"]) == 0  # every ticket withdrawn
         assert all(e.inflight == 0 for e in st.models["qwen3-8b"].engines.values())
+    finally:
+        await client.close()
+        await gw.close()
+
+
+async def _flip_during(client: openai.AsyncOpenAI, policy: Flipper, **extra: Any) -> dict[str, Any]:
+    """Stream the edit; after 8 chunks flip the policy with a short request."""
+
+    async def flip(n: int) -> None:
+        if n == 8 and not policy.flip:
+            policy.flip = True
+            await client.chat.completions.create(
+                model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+
+    return await _stream(client, flip, **extra)
+
+
+async def test_a_sibling_that_cannot_continue_leaves_the_stream_where_it_was(
+    slow_pair: EmulatorGroup,
+) -> None:
+    """The plain engine fails every generation (HTTP 500): the move is abandoned before
+    anything changed, and the answer comes whole from the spec engine."""
+    spec, base = slow_pair.engines
+    policy = Flipper()
+    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
+    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        reference = await _stream(client)
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(base.url + "/_emulator/faults", json={"error_rate": 1.0}) as r,
+        ):
+            assert r.status == 200
+        kept = await _flip_during(client, policy)
+        assert kept["text"] == reference["text"] and len(kept["ids"]) == 1
+        assert kept["usage"].completion_tokens == TOKENS and kept["finish"] == "length"
+        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 0
+        gw_url = str(gw.make_url("")).rstrip("/")
+        assert await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="status_500") == 1
+        assert await _metric(gw_url, "specgate_stream_moves_total", result="moved") == 0
+        assert all(e.inflight == 0 for e in gw.app[STATE].models["qwen3-8b"].engines.values())
+    finally:
+        await client.close()
+        await gw.close()
+
+
+async def test_a_stream_whose_continuation_would_differ_stays(slow_pair: EmulatorGroup) -> None:
+    """A seeded request must reproduce its answer: it never moves (no ticket), and the flip
+    leaves it to finish on the engine it started on."""
+    spec, _ = slow_pair.engines
+    policy = Flipper()
+    gw = TestServer(build_app(_config(slow_pair), policies={"qwen3-8b": policy}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        kept = await _flip_during(client, policy, seed=7)
+        assert kept["usage"].completion_tokens == TOKENS and len(kept["ids"]) == 1
+        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 0
+        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="length") == 1
+        assert len(gw.app[STATE].moves["qwen3-8b"]) == 0
     finally:
         await client.close()
         await gw.close()

@@ -569,3 +569,28 @@ def test_requests_the_hard_rules_route_are_this_replicas_own_not_anothers() -> N
     other = view(with_(SPEC, running=0.0, at=11.0), with_(BASE, inflight=0, running=1.0, at=11.0))
     p.decide(EDIT, other, 12.0)
     assert p.shared.shared(12.0) and p.snapshot()["shared_pair"] is True
+
+
+@pytest.mark.parametrize("move_on_flip", [True, False])
+def test_an_evidence_flip_names_the_engine_to_move_from(move_on_flip: bool) -> None:
+    """The decision that flips the regime (and only that one) asks for the old engine's
+    streams to move (``move_from``), unless moving is off; a flip that moves hands nothing
+    over to the old engine."""
+    p = policy(move_on_flip=move_on_flip)
+    healthy = view(with_(SPEC, inflight=64, tokens_per_step=2.2))
+    collapsed = view(with_(SPEC, inflight=64, tokens_per_step=1.05))
+    decisions = []
+    t = 0.0
+    for mv, until in ((healthy, 20.0), (collapsed, 60.0)):
+        while t < until:
+            decisions.append(p.decide(EDIT, mv, t))
+            t = round(t + 0.1, 6)
+    assert p.mode.flips == 1
+    moves = [d for d in decisions if d.move_from is not None]
+    flip = next(i for i, d in enumerate(decisions) if d.route is Route.BASE or d.probe)
+    if move_on_flip:
+        assert [d.move_from for d in moves] == [Route.SPEC] and decisions[flip] is moves[0]
+        # no handover to the old engine (probes aside)
+        assert all(d.route is Route.BASE or d.probe for d in decisions[flip:])
+    else:
+        assert moves == []

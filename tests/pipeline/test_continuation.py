@@ -1,0 +1,95 @@
+"""Which requests may continue on the sibling engine, and the body that asks for the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.pipeline.continuation import (
+    MAX_MOVED_CHARS,
+    continuation_body,
+    movable,
+    splits_a_stop,
+    tokenize_count,
+)
+from gateway.pipeline.request import CHAT, COMPLETIONS
+
+MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Rewrite this."}]
+
+
+def chat(**kw: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": MSGS, "stream": True, "max_tokens": 100, **kw}
+
+
+def test_a_plain_streamed_chat_or_completion_may_move() -> None:
+    assert movable(chat(), CHAT)
+    assert movable(chat(temperature=0.7, top_p=0.9, stop=["\n\n"], logprobs=False), CHAT)
+    assert movable({"model": "m", "prompt": "def f(", "stream": True}, COMPLETIONS)
+    assert movable({"model": "m", "prompt": ["def f("], "stream": True}, COMPLETIONS)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"stream": False},
+        {"n": 2},
+        {"seed": 0},
+        {"logprobs": True},
+        {"top_logprobs": 3},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"response_format": {"type": "json_object"}},
+        {"structured_outputs": {"regex": "a+"}},
+        {"continue_final_message": True, "add_generation_prompt": False},
+        {"messages": [*MSGS, {"role": "assistant", "content": "Sure"}]},
+    ],
+)
+def test_requests_whose_continuation_would_differ_stay(change: dict[str, Any]) -> None:
+    assert not movable(chat(**change), CHAT)
+
+
+def test_completions_with_token_ids_echo_or_several_prompts_stay() -> None:
+    base = {"model": "m", "stream": True}
+    assert not movable({**base, "prompt": [1, 2, 3]}, COMPLETIONS)
+    assert not movable({**base, "prompt": ["a", "b"]}, COMPLETIONS)
+    assert not movable({**base, "prompt": "a", "echo": True}, COMPLETIONS)
+    assert not movable({**base, "prompt": "a", "logprobs": 0}, COMPLETIONS)  # 0 asks for one
+
+
+def test_a_text_ending_inside_a_stop_string_does_not_move() -> None:
+    body = chat(stop=["END", "\n\n"])
+    assert splits_a_stop("hello EN", body) and splits_a_stop("line\n", body)
+    assert not splits_a_stop("hello E N", body) and not splits_a_stop("done", chat())
+    assert continuation_body(body, CHAT, "hello EN", 3, "m-base") is None
+
+
+def test_the_chat_continuation_asks_for_the_rest_of_the_same_message() -> None:
+    body = chat(max_completion_tokens=80, min_tokens=10, stream_options={"continuous_usage_stats": False})
+    out = continuation_body(body, CHAT, "Here is", 4, "m-base")
+    assert out is not None
+    assert out["model"] == "m-base"
+    assert out["messages"] == [*MSGS, {"role": "assistant", "content": "Here is"}]
+    assert out["continue_final_message"] is True and out["add_generation_prompt"] is False
+    assert out["max_tokens"] == 96 and out["max_completion_tokens"] == 76 and out["min_tokens"] == 6
+    assert out["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
+    assert body["messages"] == MSGS and body["max_tokens"] == 100  # the client's body untouched
+
+
+def test_the_completion_continuation_extends_the_prompt() -> None:
+    out = continuation_body(
+        {"model": "m", "prompt": ["def f("], "stream": True}, COMPLETIONS, "a, b):", 4, "x"
+    )
+    assert out is not None and out["prompt"] == "def f(a, b):" and "max_tokens" not in out
+
+
+def test_nothing_is_asked_when_the_budget_is_spent_or_the_text_too_long() -> None:
+    assert continuation_body(chat(max_tokens=5), CHAT, "abcde", 5, "m") is None
+    assert continuation_body(chat(), CHAT, "", 0, "m") is None
+    assert continuation_body(chat(max_tokens=None), CHAT, "x" * (MAX_MOVED_CHARS + 1), 9, "m") is None
+
+
+def test_tokenize_answers_are_read_defensively() -> None:
+    assert tokenize_count({"count": 7, "tokens": [1]}) == 7
+    assert tokenize_count({"tokens": [1, 2, 3]}) == 3
+    assert tokenize_count({"count": -1}) is None and tokenize_count({"count": True}) is None
+    assert tokenize_count(["x"]) is None

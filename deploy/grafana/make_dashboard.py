@@ -62,7 +62,13 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         "Routing",
         "Requests by route and reason",
         "reqps",
-        [(_rate("specgate_requests_total", M, "route, reason"), "{{route}} / {{reason}}")],
+        [
+            (_rate("specgate_requests_total", M, "route, reason"), "{{route}} / {{reason}}"),
+            (
+                _rate("specgate_stream_moves_total", "", "engine, result"),
+                "streams off {{engine}} at a flip: {{result}}",
+            ),
+        ],
         {},
     ),
     (

@@ -72,6 +72,12 @@ class GatewayTelemetry:
         """Where the live routing state comes from (read at each /metrics scrape)."""
         self.state.source = source
 
+    def prime_engines(self, engines: list[str]) -> None:
+        """Series that exist from the start at 0 (a rate over them is 0, not "no data")."""
+        m = self.metrics
+        for name in engines:
+            m.stream_moves.labels(m.engine(name), "moved")
+
     def record_scrape(
         self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
     ) -> None:

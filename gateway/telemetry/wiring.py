@@ -122,3 +122,7 @@ def attach_models(telemetry: object, models: Mapping[str, ModelRuntimeLike]) -> 
     setter = getattr(telemetry, "set_state_source", None)
     if callable(setter):
         setter(runtime_state_source(lambda: list(models.values())))
+    prime = getattr(telemetry, "prime_engines", None)
+    if callable(prime):
+        now = time.monotonic()
+        prime([e.name for m in models.values() for p in m.view(now).pairs for e in (p.spec, p.base)])

@@ -68,18 +68,23 @@ async def set_route(request: web.Request) -> web.Response:
 
 
 async def drain(request: web.Request) -> web.Response:
-    """``{"engine": "<name>", "draining": true|false}``: stop (or resume) sending new requests to
-    an engine, e.g. before restarting it; requests already on it finish normally."""
+    """``{"engine": "<name>", "draining": true|false, "move": false}``: stop (or resume)
+    sending new requests to an engine, e.g. before restarting it. Requests already on it
+    finish there, unless ``move`` is true: then its streams that can continue elsewhere move
+    to their sibling engine now (as at a regime flip), and the rest finish there."""
     st = request.app[STATE]
     body = await _admin_body(request, st.config.server.admin_keys)
-    name, flag = body.get("engine"), body.get("draining", True)
-    engine = next((m.engines[name] for m in st.models.values() if name in m.engines), None)
-    if not isinstance(name, str) or engine is None:
+    name, flag, move = body.get("engine"), body.get("draining", True), body.get("move", False)
+    model = next((m for m in st.models.values() if name in m.engines), None)
+    if not isinstance(name, str) or model is None:
         raise ApiError(404, f"unknown engine {str(name)[:200]!r}", param="engine", code="engine_not_found")
     if not isinstance(flag, bool):
         raise ApiError(400, "'draining' must be a boolean", param="draining", code="invalid_value")
+    if not isinstance(move, bool):
+        raise ApiError(400, "'move' must be a boolean", param="move", code="invalid_value")
+    engine = model.engines[name]
     engine.draining = flag
-    return web.Response(
-        body=json.dumps({"engine": name, "draining": flag, "inflight": engine.inflight}).encode(),
-        content_type="application/json",
-    )
+    board = st.moves.get(model.name)
+    moved = board.move(engine=name) if move and board is not None else 0
+    out = {"engine": name, "draining": flag, "inflight": engine.inflight, "moving": moved}
+    return web.Response(body=json.dumps(out).encode(), content_type="application/json")

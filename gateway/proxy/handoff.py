@@ -145,7 +145,7 @@ class MoveRelay(Relay):
         """A ticket on the model's move board when this stream could continue on its sibling."""
         if self.moves is None or self.move_request is None or self._sibling(rt) is None:
             return None
-        return self.moves.enlist(rt.route)
+        return self.moves.enlist(rt.route, rt.name)
 
     def _withdraw(self, ticket: MoveTicket) -> None:
         if self.moves is not None:

@@ -37,6 +37,7 @@ class MoveTicket:
     """One stream that could move: its route, whether a move is asked, what it sent."""
 
     route: Route
+    engine: str
     wanted: bool = False
     sent: list[bytes] = field(default_factory=list)
     sent_bytes: int = 0
@@ -62,19 +63,20 @@ class MoveBoard:
     def __len__(self) -> int:
         return len(self._tickets)
 
-    def enlist(self, route: Route) -> MoveTicket:
-        t = MoveTicket(route)
+    def enlist(self, route: Route, engine: str) -> MoveTicket:
+        t = MoveTicket(route, engine)
         self._tickets.add(t)
         return t
 
     def withdraw(self, ticket: MoveTicket) -> None:
         self._tickets.discard(ticket)
 
-    def move(self, route: Route) -> int:
-        """Ask every stream on ``route`` to move to its sibling; returns how many were asked."""
+    def move(self, route: Route | None = None, engine: str | None = None) -> int:
+        """Ask every stream on ``route`` (a regime flip) or on ``engine`` (an engine drained
+        with ``move``) to move to its sibling; returns how many were asked."""
         n = 0
         for t in self._tickets:
-            if t.route is route and not t.wanted:
+            if not t.wanted and (t.route is route or t.engine == engine):
                 t.wanted = True
                 n += 1
         return n

@@ -239,3 +239,38 @@ async def test_a_stream_whose_continuation_would_differ_stays(slow_pair: Emulato
     finally:
         await client.close()
         await gw.close()
+
+
+async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
+    slow_pair: EmulatorGroup,
+) -> None:
+    """Before a restart: ``POST /admin/drain {"engine", "move": true}`` sends new requests
+    elsewhere and moves the engine's running streams to the sibling now, so the engine is
+    empty at once and the client still gets its whole answer."""
+    spec, base = slow_pair.engines
+    gw = TestServer(build_app(_config(slow_pair), policies={"qwen3-8b": Flipper()}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        reference = await _stream(client)
+        answered: dict[str, Any] = {}
+
+        async def drain(n: int) -> None:
+            if n == 8:
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.post(str(gw.make_url("/admin/drain")), json={"engine": "spec0", "move": True}) as r,
+                ):
+                    answered.update(await r.json())
+
+        moved = await _stream(client, drain)
+        assert answered == {"engine": "spec0", "draining": True, "inflight": 1, "moving": 1}
+        assert moved["text"] == reference["text"] and moved["usage"].completion_tokens == TOKENS
+        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
+        assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 1
+        assert gw.app[STATE].models["qwen3-8b"].engines["spec0"].inflight == 0
+    finally:
+        await client.close()
+        await gw.close()

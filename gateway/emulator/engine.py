@@ -127,7 +127,7 @@ class Engine:
         if continues is not None:
             begun, given = continues
             gen = AnswerGenerator(begun, tokenize(begun), temperature=temperature, seed=s, kind=kind)
-            skip = len(tokenize(given))
+            skip = _answered(gen, given)
         else:
             gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
         req = EngineRequest(
@@ -445,3 +445,14 @@ class Engine:
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)
+
+
+def _answered(gen: AnswerGenerator, given: str) -> int:
+    """How many of ``gen``'s tokens the given text covers: the first count whose text is at
+    least as long (aligned on text, not on a second tokenization of it, which need not
+    split where the answer's tokens did)."""
+    n = chars = 0
+    while chars < len(given) and n < 1 << 20:
+        chars += len(gen.token(n))
+        n += 1
+    return n

@@ -9,6 +9,8 @@
 #                     interleaved windows), results and final /metrics pages tarred into $OUT
 #   stage day ARGS    loadtests/gpu/day.py --target real ARGS (a compressed day), likewise
 #   stage dsd         prints the Dynamic SD engine that came up (for direct:<engine> slots)
+#   stage move_check ARGS   loadtests/gpu/move_check.py --target real ARGS (a stream moved
+#                     between the engines mid-answer), likewise
 #
 # The wheel bundle (see README.md): a tar of vLLM 0.20.2's dependency wheels plus the vLLM
 # wheel's contents as vllm.tar.xz, split into <= 58 MB parts so that each call carries one.
@@ -71,7 +73,7 @@ sweep)
 dsd)  # the Dynamic SD engine that came up (ready.json), for direct:<engine> slots
   python3 -c 'import json; r = json.load(open("/tmp/vlogs/ready.json")); print(next((n for n in ("eagle3-dsd", "eagle3-dsd1") if n in r), ""))'
   ;;
-interleave|day)
+interleave|day|move_check)
   tag=${TAG:-$stage}
   python3 loadtests/gpu/engines.py status --logs /tmp/vlogs
   python3 "loadtests/gpu/$stage.py" --target real --out "/tmp/$tag" "$@" 2>&1 | tee "$OUT/$tag.log"

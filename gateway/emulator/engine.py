@@ -332,6 +332,7 @@ class Engine:
             drafted_k=drafted_k,
             overhead_ms=self.step_overhead_ms,
             spec_cost_scale=cfg.spec_cost_scale,
+            device_scale=cfg.device_scale,
         )
         self._plan = plan
         return plan

@@ -46,9 +46,13 @@ class EngineConfig:
     #: What speculation adds to a step (verification beyond one token, drafting) as a
     #: multiple of the profile's price: 1 = the profile (see ``stepcost.price_step``).
     spec_cost_scale: float = 1.0
+    #: The device's step times as a multiple of the profile's, for both kinds of engine
+    #: alike: another GPU than the profile was measured on (an H100 against the H200 profile).
+    device_scale: float = 1.0
 
     def __post_init__(self) -> None:
         check_spec_cost_scale(self.spec_cost_scale)
+        check_spec_cost_scale(self.device_scale, "device_scale")
 
 
 @dataclass(frozen=True, slots=True)

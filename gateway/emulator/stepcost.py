@@ -28,6 +28,7 @@ def price_step(
     drafted_k: int,
     overhead_ms: float,
     spec_cost_scale: float = 1.0,
+    device_scale: float = 1.0,
 ) -> StepPlan:
     """The plan of a step serving ``entries`` (not empty): ``n_dec`` decoding requests
     verifying ``dec_tokens`` tokens in all (drafts included) over ``ctx_sum`` tokens of
@@ -37,7 +38,8 @@ def price_step(
     ``spec_cost_scale`` scales what speculation adds to a step (verifying the drafts beyond
     one token per sequence, and drafting): the part of the physics a profile measured on
     one drafter and one vLLM version predicts least well. 1 = the profile; the simulator
-    sets it to run engines whose truth differs from the router's prior."""
+    sets it to run engines whose truth differs from the router's prior. ``device_scale``
+    scales the whole step (another GPU than the profile's), drafting included."""
     prefill_tokens = sum(e.prefill for e in entries)
     n_prefill = sum(1 for e in entries if e.prefill)
     batch = n_dec + n_prefill
@@ -55,7 +57,7 @@ def price_step(
         if spec_cost_scale != 1.0 and dec_tokens > n_dec:
             plain_ms = prof.step_ms(batch, 1.0, ctx) + prof.prefill_ms(prefill_tokens)
             step_ms = plain_ms + spec_cost_scale * (step_ms - plain_ms)
-    total_ms = step_ms + draft_ms + overhead_ms
+    total_ms = (step_ms + draft_ms) * device_scale + overhead_ms
     return StepPlan(
         batch=batch,
         q=q,

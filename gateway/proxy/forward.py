@@ -30,8 +30,8 @@ from aiohttp import web
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
-from gateway.proxy.handoff import MoveRequest
-from gateway.proxy.move import MoveBoard
+from gateway.proxy.handoff import MoveRequest, TicketHold
+from gateway.proxy.move import MOVE, MoveBoard, MoveTicket
 from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.result import ProxyResult, Retryable
@@ -75,6 +75,7 @@ class ProxyCall(StreamRelay, BodyRelay):
     streams: set[asyncio.Task[Any]] | None = None  # where a relaying stream registers (shutdown cuts it)
     moves: MoveBoard | None = None  # the model's streams that may move at a flip (None: never)
     move_request: MoveRequest | None = None  # set by run() when this request could move
+    hold: TicketHold = field(default_factory=TicketHold)  # its ticket on the move board
 
     async def run(self) -> ProxyResult:
         if self.moves is not None and self.stream:
@@ -89,7 +90,11 @@ class ProxyCall(StreamRelay, BodyRelay):
                 t.first_byte_s,
             )
             self.move_request = req if req.can_move() else None
-        return await self._run()
+        try:
+            return await self._run()
+        finally:
+            if self.hold.ticket is not None and self.moves is not None:
+                self.moves.withdraw(self.hold.ticket)
 
     async def _run(self) -> ProxyResult:
         d = self.decision
@@ -104,13 +109,24 @@ class ProxyCall(StreamRelay, BodyRelay):
             rt = self.engines[name]
             last = attempt == len(candidates) - 1
             result.engine, result.route = name, rt.route
-            result.reason = d.reason if attempt == 0 else Reason.FAILOVER
-            result.retried = attempt > 0
+            moved = result.error == "moved"
+            result.reason = d.reason if attempt == 0 else Reason.MOVED if moved else Reason.FAILOVER
+            result.retried = attempt > 0 and not moved
             result.error = None
+            waiting = self._wait_for_first_byte(rt, last)
             try:
                 with rt.track():
                     await self._attempt(rt, attempt, deadline, result)
                 return result
+            except asyncio.CancelledError as exc:
+                if waiting is None or MOVE not in exc.args or waiting.waiting is None:
+                    raise
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                self._withdraw_ticket()
+                self.telemetry.stream_moved(name, "moved_queued")
+                result.error = "moved"  # the next candidate is the sibling: no blame, no retry
             except Retryable as exc:
                 self.telemetry.upstream_failed(name, exc.error, not last)
                 _THROTTLE.log(
@@ -132,6 +148,22 @@ class ProxyCall(StreamRelay, BodyRelay):
                         self._all_unreachable(result)
                     return result
         return result  # pragma: no cover - loop always returns
+
+    def _wait_for_first_byte(self, rt: EngineRuntime, last: bool) -> MoveTicket | None:
+        """A stream's attempt with a sibling to go to: on the move board while it waits for
+        its first byte, so that a regime flip sends it there at once (a queued request
+        costs the old engine nothing to drop, and would otherwise run there beside the new
+        regime). The relay takes the ticket over at the first byte (:meth:`_first_byte`)."""
+        if self.moves is None or not self.stream or last:
+            return None
+        self.hold.ticket = self.moves.enlist(rt.route, rt.name)
+        self.hold.ticket.waiting = asyncio.current_task()
+        return self.hold.ticket
+
+    def _withdraw_ticket(self) -> None:
+        if self.hold.ticket is not None and self.moves is not None:
+            self.moves.withdraw(self.hold.ticket)
+        self.hold.ticket = None
 
     def _none_left(self, tried: list[str]) -> bool:
         """No engine of the model that was not tried is healthy (so none could have served)."""

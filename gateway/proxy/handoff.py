@@ -27,6 +27,13 @@ _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 @dataclass(slots=True)
+class TicketHold:
+    """The move-board ticket of one request, from its first attempt to its end."""
+
+    ticket: MoveTicket | None = None
+
+
+@dataclass(slots=True)
 class MoveRequest:
     """What a move needs of the request (the relay's :class:`~gateway.proxy.forward.ProxyCall`)."""
 
@@ -137,19 +144,27 @@ class MoveRelay(Relay):
     # The model's streams that could move at a regime flip; None: this stream never moves.
     moves: MoveBoard | None
     move_request: MoveRequest | None
+    hold: TicketHold  # this stream's ticket on the move board (ProxyCall.run enlists it)
     engines: Mapping[str, EngineRuntime]
     pool: UpstreamPool
     decision: Decision
 
     def _enlist(self, rt: EngineRuntime) -> MoveTicket | None:
-        """A ticket on the model's move board when this stream could continue on its sibling."""
+        """The stream's ticket on the model's move board (the one it waited for its first byte
+        with, or a new one) when it could continue on its sibling; else None."""
+        ticket, self.hold.ticket = self.hold.ticket, None
         if self.moves is None or self.move_request is None or self._sibling(rt) is None:
+            if ticket is not None:
+                self._withdraw(ticket)
             return None
-        return self.moves.enlist(rt.route, rt.name)
+        self.hold.ticket = ticket or self.moves.enlist(rt.route, rt.name)
+        return self.hold.ticket
 
     def _withdraw(self, ticket: MoveTicket) -> None:
         if self.moves is not None:
             self.moves.withdraw(ticket)
+        if self.hold.ticket is ticket:
+            self.hold.ticket = None
 
     def _sibling(self, rt: EngineRuntime) -> EngineRuntime | None:
         """The other engine of the pair the decision chose (a usable one), if any."""

@@ -23,6 +23,7 @@ A stream moves at most once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,12 @@ from gateway.routing.types import Route
 MAX_KEPT_BYTES = 512 * 1024  # events kept per stream for a move; beyond, the stream stays
 
 
+# Cancel message of an attempt moved before its first byte (``task.cancel(MOVE)``): the
+# attempt ends (its response closed, so the engine drops the queued request) and the
+# request goes to the sibling, as a failover that blames nobody.
+MOVE = "specgate: moved to the sibling engine"
+
+
 @dataclass(eq=False, slots=True)
 class MoveTicket:
     """One stream that could move: its route, whether a move is asked, what it sent."""
@@ -39,6 +46,9 @@ class MoveTicket:
     route: Route
     engine: str
     wanted: bool = False
+    # While the request waits for its engine's first byte (queued there): the task to cancel
+    # with :data:`MOVE` so that the attempt goes to the sibling at once; None once relaying.
+    waiting: asyncio.Task[Any] | None = None
     sent: list[bytes] = field(default_factory=list)
     sent_bytes: int = 0
 
@@ -79,6 +89,8 @@ class MoveBoard:
             if not t.wanted and (t.route is route or t.engine == engine):
                 t.wanted = True
                 n += 1
+                if t.waiting is not None:
+                    t.waiting.cancel(MOVE)
         return n
 
 

@@ -71,6 +71,8 @@ class StreamRelay(MoveRelay):
                     chunk = await content.readany()
         if not chunk:
             raise self._fail(rt, "disconnected", 502, f"engine {rt.name} closed the stream", result.reason)
+        if self.hold.ticket is not None:  # the first byte: no longer a queued request to send elsewhere
+            self.hold.ticket.waiting = None
 
         out = web.StreamResponse(status=200, headers=self._client_headers(rt, result.reason))
         out.headers.update(downstream_headers(resp.headers))

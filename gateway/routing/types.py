@@ -53,6 +53,7 @@ class Reason(StrEnum):
     # the gateway around the policy
     POLICY_ERROR = "policy_error"  # the policy raised: the gateway routed by the hard rules
     FAILOVER = "failover"  # retried on the sibling engine before the first byte
+    MOVED = "moved"  # a regime flip moved it to the sibling while it waited for its first byte
 
 
 class RouteOverride(StrEnum):

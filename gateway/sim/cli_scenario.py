@@ -56,6 +56,7 @@ def run_scenario(args: argparse.Namespace, scenario: Scenario, cfgs: list[SimCon
         "k": c0.k,
         "prompt_lookup": [c0.prompt_lookup_min, c0.prompt_lookup_max],
         "spec_cost_scale": c0.spec_cost_scale,
+        "device_scale": c0.device_scale,
         "spec_config": c0.spec_extra,
         "spec_overhead_ms": c0.spec_overhead_ms,
         "max_num_seqs": c0.max_num_seqs,

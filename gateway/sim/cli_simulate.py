@@ -87,6 +87,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "router's prior) or 1.5 (dearer) to check that routing follows measured latency, not the model",
     )
     parser.add_argument(
+        "--device-scale",
+        type=float,
+        default=1.0,
+        help="the simulated device's truth: both engines' step times as a multiple of the profile the "
+        "router assumes (e.g. 1.5: a slower GPU than the profile's), to check that an error common to "
+        "both engines does not count against the one that runs",
+    )
+    parser.add_argument(
         "--spec-overhead-ms",
         type=float,
         default=0.0,
@@ -177,6 +185,7 @@ def _sim_config(
         prompt_lookup_min=args.prompt_lookup_min,
         prompt_lookup_max=args.prompt_lookup_max,
         spec_cost_scale=args.spec_cost_scale,
+        device_scale=args.device_scale,
         spec_extra=json.loads(args.spec_config),
         spec_overhead_ms=args.spec_overhead_ms,
         max_num_seqs=args.max_num_seqs,
@@ -204,6 +213,7 @@ def main(args: argparse.Namespace) -> int:
         if not 0.0 <= args.spec_overhead_ms <= 1000.0:
             raise ValueError("--spec-overhead-ms must be within 0..1000")
         check_spec_cost_scale(args.spec_cost_scale, "--spec-cost-scale")
+        check_spec_cost_scale(args.device_scale, "--device-scale")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
         if args.replicas is not None and not 1 <= args.replicas <= 64:

@@ -45,6 +45,8 @@ class SimConfig:
     # The spec engine's truth against the router's profile: what speculation adds to a step
     # (verification beyond one token, drafting) × this. 1 = the router's prior is right.
     spec_cost_scale: float = 1.0
+    # Both engines' truth against the router's profile: every step x this (another GPU).
+    device_scale: float = 1.0
     spec_overhead_ms: float = 0.0  # ...and host time every spec step adds beyond the profile's
     # More of the speculative config (vLLM's --speculative-config keys), e.g. synthetic
     # acceptance rates; merged over method and k.
@@ -196,6 +198,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
                 profile=cfg.profile,
                 seed=cfg.seed,
                 spec_cost_scale=cfg.spec_cost_scale,
+                device_scale=cfg.device_scale,
                 max_num_seqs=cfg.max_num_seqs,
             ),
             observer=obs_s,
@@ -203,7 +206,14 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     )
     spec_eng.step_overhead_ms = cfg.spec_overhead_ms
     base_eng = Engine(
-        EngineConfig(MODEL, spec=None, profile=cfg.profile, seed=cfg.seed, max_num_seqs=cfg.max_num_seqs),
+        EngineConfig(
+            MODEL,
+            spec=None,
+            profile=cfg.profile,
+            seed=cfg.seed,
+            max_num_seqs=cfg.max_num_seqs,
+            device_scale=cfg.device_scale,
+        ),
         observer=obs_b,
     )
     if not dynamic:
@@ -281,10 +291,11 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             if entry is None:
                 continue
             rec, req, parsed, d = entry
-            if rec.replica != replica or d.route is not old or rec.migrated or not req.output:
+            if rec.replica != replica or d.route is not old or rec.migrated:
                 continue
-            if not movable(parsed.body, CHAT) or (
-                continuation_body(parsed.body, CHAT, "".join(req.output), len(req.output), MODEL) is None
+            if req.output and (  # begun: a stream that can be continued; else queued: sent again
+                not movable(parsed.body, CHAT)
+                or continuation_body(parsed.body, CHAT, "".join(req.output), len(req.output), MODEL) is None
             ):
                 continue
             events = device.migrate(mons[old].engine, mons[to].engine, req, t)

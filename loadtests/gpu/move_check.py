@@ -163,7 +163,7 @@ async def check(args: argparse.Namespace) -> int:
                     aborts0 = await aborts(s, target.urls[source.name])
                     moved = await stream_once(s, url, endpoint, body, source.name, args.after)
                     aborts1 = await aborts(s, target.urls[source.name])
-                    common_text = os.path.commonprefix([ref["text"], moved["text"]])
+                    common_text = os.path.commonprefix([ref["text"], moved["text"]])  # noqa: RUF071 - a common prefix of texts
                     row = {
                         "from": source.name,
                         "to": dest.name,

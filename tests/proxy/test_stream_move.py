@@ -274,3 +274,65 @@ async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
     finally:
         await client.close()
         await gw.close()
+
+
+async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_a_flip(
+    slow_pair: EmulatorGroup,
+) -> None:
+    """A stream queued on the old engine (no byte yet: here the spec engine holds every
+    request before answering) is sent to the sibling the moment the regime flips, as a
+    failover that blames nobody: the client gets its whole answer from the plain engine."""
+    spec, _ = slow_pair.engines
+    policy = Flipper()
+    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
+    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(spec.url + "/_emulator/faults", json={"hang": "accept"}) as r,
+        ):
+            assert r.status == 200
+        queued = asyncio.create_task(
+            client.chat.completions.with_raw_response.create(
+                model="qwen3-8b",
+                messages=EDIT,
+                temperature=0,
+                max_tokens=TOKENS,
+                stream=True,  # type: ignore[arg-type]
+                extra_body={"ignore_eos": True},
+            )
+        )
+        st = gw.app[STATE]
+        board_has = asyncio.Event()
+        while not board_has.is_set():  # the request reached the board (waiting on spec)
+            await asyncio.sleep(0)
+            if len(st.moves.get("qwen3-8b") or ()) == 1:
+                board_has.set()
+        policy.flip = True
+        await client.chat.completions.create(
+            model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+        raw = await asyncio.wait_for(queued, 30)
+        assert raw.headers["x-specgate-route"] == "base" and raw.headers["x-specgate-reason"] == "moved"
+        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+        assert text
+        engines = st.models["qwen3-8b"].engines
+        assert engines["spec0"].consecutive_failures == 0  # not blamed
+        assert all(e.inflight == 0 for e in engines.values()) and len(st.moves["qwen3-8b"]) == 0
+        gw_url = str(gw.make_url("")).rstrip("/")
+        assert (
+            await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved_queued") == 1
+        )
+        assert await _metric(gw_url, "specgate_upstream_failures_total") == 0
+    finally:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(spec.url + "/_emulator/faults", json={"hang": "none"}) as r,
+        ):
+            pass
+        await client.close()
+        await gw.close()

@@ -162,6 +162,7 @@ class AdaptivePolicy:
         # the drain, and the requests it slows, to the usual.
         old = spec if self.mode.speculating else base
         import os
+
         cheap = bool(os.environ.get("EXP_NOCHEAP")) or engine_load(old) <= max(1.0, self._busy)
         was = self.mode.speculating
         speculating = self.mode.update(

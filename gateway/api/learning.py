@@ -95,12 +95,15 @@ def observe(
     try:
         answer = answer_of(result, started)
         if answer is not None:
+            # The prediction was for the decision's engine: an answer that moved or failed
+            # over measured another (or both), and teaches the latency correction nothing.
+            own = result.engine == decision.engine and not result.moved
             outcome = build_outcome(
                 features,
                 answer,
                 probe=decision.probe,
                 lookup=lookup,
-                predicted_tpot_s=decision.predicted_tpot_s,
+                predicted_tpot_s=decision.predicted_tpot_s if own else None,
             )
             model.policy.observe(outcome, time.monotonic())
     except Exception:

@@ -125,6 +125,7 @@ class ProxyCall(StreamRelay, BodyRelay):
                 if task is not None:
                     task.uncancel()
                 self._withdraw_ticket()
+                result.moved = True
                 self.telemetry.stream_moved(name, "moved_queued")
                 result.error = "moved"  # the next candidate is the sibling: no blame, no retry
             except Retryable as exc:

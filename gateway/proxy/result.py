@@ -29,6 +29,9 @@ class ProxyResult:
     ok: bool = False
     error: str | None = None
     retried: bool = False
+    # The answer came (partly) from another engine than the decision's: moved at a regime
+    # flip (``engine``/``route`` are then the engine it finished on).
+    moved: bool = False
     harvest: Harvest = field(default_factory=Harvest)
     first_token_at: float | None = None
     last_token_at: float | None = None

@@ -164,6 +164,7 @@ class StreamRelay(MoveRelay):
                         self._withdraw(ticket)  # a stream moves at most once
                         ticket = None
                         if cont is not None:
+                            result.moved, result.engine, result.route = True, side.rt.name, side.rt.route
                             rt, content, chunk = side.rt, side.resp.content, side.first
                             patterns, buf = self._patterns(rt), b""
                             continue

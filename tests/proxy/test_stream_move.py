@@ -44,19 +44,29 @@ class Flipper:
     flip: bool = False
     moved_once: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
+    observed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
         pre = apply_hard_rules(features, view)
         if pre.decision is not None:
             return pre.decision
         if not self.flip:
-            return decide_route(pre.pair, Route.SPEC, Reason.PREDICTED_FASTER)
+            return decide_route(pre.pair, Route.SPEC, Reason.PREDICTED_FASTER, predicted_tpot_s=0.005)
         move = None if self.moved_once else Route.SPEC
         self.moved_once = True
         return decide_route(pre.pair, Route.BASE, Reason.BELOW_BREAK_EVEN, move_from=move)
 
     def observe(self, outcome: Outcome, now: float) -> None:
         self.outcomes.append(outcome)
+        self.observed.set()
+
+    async def outcomes_of(self, tokens: int, n: int) -> list[Outcome]:
+        """The first ``n`` outcomes of ``tokens``-token answers, once observed (learning
+        runs after the response, in the background when it replays the answer)."""
+        while len(got := [o for o in self.outcomes if o.completion_tokens == tokens]) < n:
+            self.observed.clear()
+            await asyncio.wait_for(self.observed.wait(), 30)
+        return got[:n]
 
     def snapshot(self) -> dict[str, object]:
         return {}
@@ -166,6 +176,10 @@ async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(slow_pair:
         assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 2
         gw_url = str(gw.make_url("")).rstrip("/")
         assert await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved") == 1
+        # learning: the moved answer is the plain engine's now, and no measurement of spec
+        long = await policy.outcomes_of(TOKENS, 2)
+        assert [o.route for o in long] == [Route.SPEC, Route.BASE]
+        assert long[0].predicted_tpot_s == 0.005 and long[1].predicted_tpot_s is None
         st = gw.app[STATE]
         assert len(st.moves["qwen3-8b"]) == 0  # every ticket withdrawn
         assert all(e.inflight == 0 for e in st.models["qwen3-8b"].engines.values())

@@ -29,6 +29,9 @@ from typing import Any
 from gateway.pipeline.request import CHAT, COMPLETIONS
 
 MAX_MOVED_CHARS = 64 * 1024  # a longer partial answer is not moved (its prefill would cost more)
+# A stream this close to its token limit finishes where it is: a move costs it a pause (the
+# sibling's /tokenize and prefill, ~30 ms on vLLM) that a few tokens would pay dearly.
+MIN_TOKENS_LEFT = 64
 
 # Fields whose meaning does not survive a continuation: a request carrying any of them
 # (with a value other than "off") stays on its engine.
@@ -118,7 +121,7 @@ def continuation_body(
     for key in ("max_tokens", "max_completion_tokens"):
         n = body.get(key)
         if isinstance(n, int) and not isinstance(n, bool):
-            if n - tokens_so_far < 1:
+            if n - tokens_so_far < MIN_TOKENS_LEFT:
                 return None
             out[key] = n - tokens_so_far
     mt = body.get("min_tokens")

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.pipeline.continuation import (
     MAX_MOVED_CHARS,
+    MIN_TOKENS_LEFT,
     continuation_body,
     movable,
     splits_a_stop,
@@ -82,8 +83,11 @@ def test_the_completion_continuation_extends_the_prompt() -> None:
     assert out is not None and out["prompt"] == "def f(a, b):" and "max_tokens" not in out
 
 
-def test_nothing_is_asked_when_the_budget_is_spent_or_the_text_too_long() -> None:
+def test_nothing_is_asked_when_the_budget_is_nearly_spent_or_the_text_too_long() -> None:
     assert continuation_body(chat(max_tokens=5), CHAT, "abcde", 5, "m") is None
+    almost = chat(max_tokens=MIN_TOKENS_LEFT + 9)
+    assert continuation_body(almost, CHAT, "x", 10, "m") is None  # 63 left: finishes where it is
+    assert continuation_body(almost, CHAT, "x", 9, "m") is not None
     assert continuation_body(chat(), CHAT, "", 0, "m") is None
     assert continuation_body(chat(max_tokens=None), CHAT, "x" * (MAX_MOVED_CHARS + 1), 9, "m") is None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import functools
 import socket
 import subprocess
 import threading
@@ -103,24 +104,25 @@ async def pair() -> AsyncIterator[EmulatorGroup]:
         await group.stop()
 
 
+def gateway_config_for(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
+    """The default gateway config pointed at an emulated pair (ephemeral port, scraping
+    every 0.1 s); keyword arguments are further dotted-path overrides."""
+    spec, base = group.engines
+    return load_config(
+        None,
+        env={},
+        overrides={
+            "server.port": 0,
+            "models.0.pairs.0.spec.url": spec.url,
+            "models.0.pairs.0.base.url": base.url,
+            "scrape.interval_s": 0.1,
+            "scrape.timeout_s": 1.0,
+            **overrides,
+        },
+    )
+
+
 @pytest.fixture
 def pair_config(pair: EmulatorGroup) -> Callable[..., GatewayConfig]:
-    """The default gateway config pointed at ``pair`` (ephemeral port, scraping every
-    0.1 s); keyword arguments are further dotted-path overrides."""
-    spec, base = pair.engines
-
-    def make(**overrides: Any) -> GatewayConfig:
-        return load_config(
-            None,
-            env={},
-            overrides={
-                "server.port": 0,
-                "models.0.pairs.0.spec.url": spec.url,
-                "models.0.pairs.0.base.url": base.url,
-                "scrape.interval_s": 0.1,
-                "scrape.timeout_s": 1.0,
-                **overrides,
-            },
-        )
-
-    return make
+    """:func:`gateway_config_for` ``pair``."""
+    return functools.partial(gateway_config_for, pair)

@@ -143,32 +143,47 @@ class Engine:
             rng=random.Random(hash((s, counter, self.config.seed, 0x5EED))),
             skip=skip,
         )
-        spec = self.spec
-        if spec is not None:
-            req.accepted_per_pos = [0] * spec.k
-            if spec.synthetic:
-                req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
-            elif not spec.text_based:
-                req.cond = curve_for(spec.method, gen.kind, req.temperature, spec.k)
+        self._speculate(req)
         return req
 
     def add_request(self, req: EngineRequest, now: float) -> None:
         req.arrival = now
         self.waiting.append(req)
 
-    def release(self, req: EngineRequest) -> bool:
-        """Take an unfinished request off this engine without finishing it: the gateway
-        continues it on the sibling (:meth:`adopt`). To vLLM this is the client going away,
-        so it counts as an abort. False if it is not here or already done."""
+    def _take_off(self, req: EngineRequest) -> bool:
+        """Remove an unfinished request from the running or waiting list; False if it is
+        not here or already done."""
         if req.finish_reason is not None:
             return False
         if req in self.running:
             self.running.remove(req)
-        else:
-            try:
-                self.waiting.remove(req)
-            except ValueError:
-                return False
+            return True
+        try:
+            self.waiting.remove(req)
+        except ValueError:
+            return False
+        return True
+
+    def _speculate(self, req: EngineRequest) -> None:
+        """Set up ``req``'s acceptance on this engine's drafter (none for a plain engine):
+        per-position counters, and the acceptance curve of a drafter that is not text-based
+        (a text-based one gets its proposer when the prompt is prefilled)."""
+        spec = self.spec
+        if spec is None:
+            return
+        if not req.accepted_per_pos:
+            req.accepted_per_pos = [0] * spec.k
+        if spec.synthetic:
+            req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
+        elif not spec.text_based:
+            req.cond = curve_for(spec.method, req.gen.kind, req.temperature, spec.k)
+
+    def release(self, req: EngineRequest) -> bool:
+        """Take an unfinished request off this engine without finishing it: the gateway
+        continues it on the sibling (:meth:`adopt`). To vLLM this is the client going away,
+        so it counts as an abort. False if it is not here or already done."""
+        if not self._take_off(req):
+            return False
         self.stats.finished["abort"] += 1
         if self._plan is not None:
             self._released.add(id(req))
@@ -181,34 +196,21 @@ class Engine:
         req.recompute = len(req.output)
         req.prefilled = 0
         req.continued = True
+        self._speculate(req)
         spec = self.spec
-        if spec is not None:
-            if not req.accepted_per_pos:
-                req.accepted_per_pos = [0] * spec.k
-            if spec.synthetic:
-                req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
-            elif not spec.text_based:
-                req.cond = curve_for(spec.method, req.gen.kind, req.temperature, spec.k)
-            elif req.proposer is None:
-                req.proposer = indexed_proposer(
-                    req.prompt_tokens, k=spec.k, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
-                )
-                req.proposer.extend(req.output)
-        else:
+        if spec is None:
             req.proposer = None
+        elif spec.text_based and req.proposer is None:
+            req.proposer = indexed_proposer(
+                req.prompt_tokens, k=spec.k, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
+            )
+            req.proposer.extend(req.output)
         self.waiting.append(req)
 
     def abort(self, req: EngineRequest, now: float) -> bool:
         """Abort a request (client went away): frees its slot at once. False if already done."""
-        if req.finish_reason is not None:
+        if not self._take_off(req):
             return False
-        if req in self.running:
-            self.running.remove(req)
-        else:
-            try:
-                self.waiting.remove(req)
-            except ValueError:
-                return False
         req.finish_reason = "abort"
         req.finished_at = now
         self.stats.finished["abort"] += 1

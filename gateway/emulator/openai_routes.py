@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +23,7 @@ from gateway.emulator.protocol import (
     ApiError,
     ParsedRequest,
     chat_prompt,
+    check_body,
     error_body,
     models_body,
     new_id,
@@ -36,6 +38,13 @@ VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
 
 def _err(e: ApiError) -> web.Response:
     return json_response(e.body(), e.status)
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("request body is not valid JSON") from None
 
 
 async def get_models(request: web.Request) -> web.Response:
@@ -54,15 +63,7 @@ async def post_tokenize(request: web.Request) -> web.Response:
         return web.Response(status=503)
     cfg = h.engine.config
     try:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError("request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and model != cfg.served_model_name:
-            raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+        body = check_body(await _json_body(request), cfg.served_model_name)
         if "messages" in body:
             text = chat_prompt(body)[0]
         elif isinstance(body.get("prompt"), str):
@@ -107,10 +108,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         )
     cfg = h.engine.config
     try:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError("request body is not valid JSON") from None
+        body = await _json_body(request)
         pr = parse_request(
             body, chat=chat, served_model_name=cfg.served_model_name, max_model_len=cfg.max_model_len
         )

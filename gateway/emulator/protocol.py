@@ -163,12 +163,19 @@ def _prompts(body: dict[str, Any]) -> list[str]:
     raise ApiError("prompt must be a string, a list of strings or a list of token ids", param="prompt")
 
 
-def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_len: int) -> ParsedRequest:
+def check_body(body: Any, served_model_name: str) -> dict[str, Any]:
+    """A request body as vLLM first checks it: a JSON object naming this engine's model
+    (or none)."""
     if not isinstance(body, dict):
         raise ApiError("request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != served_model_name:
         raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+    return body
+
+
+def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_len: int) -> ParsedRequest:
+    body = check_body(body, served_model_name)
     continues: tuple[str, str] | None = None
     if chat:
         prompt, continues = chat_prompt(body)

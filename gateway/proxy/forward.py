@@ -14,7 +14,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import functools
 import io
 import json
 import logging
@@ -24,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import yarl
 from aiohttp import web
 
 from gateway.config.models import ModelConfig
@@ -34,6 +32,7 @@ from gateway.proxy.handoff import MoveRequest, TicketHold
 from gateway.proxy.move import MOVE, MoveBoard, MoveTicket
 from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
+from gateway.proxy.relay import client_timeout, engine_headers, upstream_url
 from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Harvest
 from gateway.proxy.stream import StreamRelay
@@ -41,12 +40,11 @@ from gateway.routing.types import Decision, Reason
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import ApiError, engine_error, error_body
-from gateway.wire.headers import REQUEST_ID, downstream_headers, upstream_headers
+from gateway.wire.headers import downstream_headers
 
 log = logging.getLogger(__name__)
 
 MAX_ERROR_BODY = 64 * 1024
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _UNREACHABLE = frozenset({"connect", "connect_timeout"})
 _CHUNKED_UPLOAD = 512 * 1024  # bodies from this size go upstream as a stream of chunks
 _THROTTLE = LogThrottle(5.0)  # one failover warning per engine and error kind per 5 s
@@ -109,9 +107,10 @@ class ProxyCall(StreamRelay, BodyRelay):
             rt = self.engines[name]
             last = attempt == len(candidates) - 1
             result.engine, result.route = name, rt.route
-            moved = result.error == "moved"
-            result.reason = d.reason if attempt == 0 else Reason.MOVED if moved else Reason.FAILOVER
-            result.retried = attempt > 0 and not moved
+            # after a move (the first attempt queued on the old engine) the sibling takes it
+            # as the regime's engine: no retry, nobody blamed
+            result.reason = d.reason if attempt == 0 else Reason.MOVED if result.moved else Reason.FAILOVER
+            result.retried = attempt > 0 and not result.moved
             result.error = None
             waiting = self._wait_for_first_byte(rt, last)
             try:
@@ -127,7 +126,6 @@ class ProxyCall(StreamRelay, BodyRelay):
                 self._withdraw_ticket()
                 result.moved = True
                 self.telemetry.stream_moved(name, "moved_queued")
-                result.error = "moved"  # the next candidate is the sibling: no blame, no retry
             except Retryable as exc:
                 self.telemetry.upstream_failed(name, exc.error, not last)
                 _THROTTLE.log(
@@ -213,15 +211,12 @@ class ProxyCall(StreamRelay, BodyRelay):
     async def _attempt(self, rt: EngineRuntime, attempt: int, deadline: float, result: ProxyResult) -> None:
         loop = asyncio.get_running_loop()
         t = self.model.timeouts
-        headers = upstream_headers(self.request.headers, self.forward_headers)
-        headers[REQUEST_ID] = self.request_id
-        headers["Content-Type"] = "application/json"
-        headers.update(rt.config.auth_headers())
+        headers = engine_headers(self.request.headers, self.forward_headers, self.request_id, rt)
         try:
             headers.update(self.telemetry.upstream_started(rt.name, attempt))
         except Exception:
             log.exception("telemetry upstream_started failed")
-        url = _upstream_url(rt.config.url, self.endpoint)
+        url = upstream_url(rt.config.url, self.endpoint)
         # Each attempt has its own first-byte budget (a retry never inherits what the first
         # attempt used); the request's total caps it, and if that cap is what runs out, the
         # engine is not blamed: it did not get its budget.
@@ -229,7 +224,7 @@ class ProxyCall(StreamRelay, BodyRelay):
         first_deadline = min(deadline, own)
         capped = first_deadline < own
         session = self.pool.session(rt.name)
-        timeout = _client_timeout(t.connect_s)
+        timeout = client_timeout(t.connect_s)
         resp: aiohttp.ClientResponse | None = None
         reason = result.reason
         try:
@@ -302,21 +297,6 @@ class ProxyCall(StreamRelay, BodyRelay):
             headers=headers,
         )
         raise Retryable("status_5xx", out)
-
-
-@functools.lru_cache(maxsize=256)
-def _upstream_url(base: str, endpoint: str) -> yarl.URL:
-    """Parsed once per engine and endpoint (aiohttp would parse a string on every request)."""
-    return yarl.URL(base + _PATHS[endpoint])
-
-
-@functools.lru_cache(maxsize=64)
-def _client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
-    # sock_connect bounds a new connection (aiohttp raises ConnectionTimeoutError for it);
-    # no ``connect`` limit: it would arm a timer on every request, even on a pooled
-    # connection (the pool is unbounded, so nothing waits for a slot; DNS is bounded by
-    # the first-byte deadline around the whole call).
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
 
 
 def _engine_error(body: bytes, status: int) -> dict[str, object] | None:

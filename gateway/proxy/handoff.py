@@ -16,14 +16,12 @@ from gateway.engines.runtime import EngineRuntime
 from gateway.pipeline.continuation import continuation_body, movable, tokenize_body, tokenize_count
 from gateway.proxy.move import Continuation, MoveBoard, MoveTicket, sent_answer
 from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.relay import Relay
+from gateway.proxy.relay import Relay, client_timeout, engine_headers, upstream_url
 from gateway.routing.types import Decision
-from gateway.wire.headers import REQUEST_ID, upstream_headers
 
 log = logging.getLogger(__name__)
 
 TOKENIZE_BUDGET_S = 2.0  # at most this for the sibling's /tokenize (within the first-byte budget)
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 @dataclass(slots=True)
@@ -66,11 +64,8 @@ async def continue_on(
     loop = asyncio.get_running_loop()
     first_deadline = min(deadline, loop.time() + req.first_byte_s)
     served = sibling.config.served_model_name
-    headers = upstream_headers(req.client_headers, req.forward_headers)
-    headers[REQUEST_ID] = req.request_id
-    headers["Content-Type"] = "application/json"
-    headers.update(sibling.config.auth_headers())
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=req.connect_s)
+    headers = engine_headers(req.client_headers, req.forward_headers, req.request_id, sibling)
+    timeout = client_timeout(req.connect_s)
     base = sibling.config.url
     try:
         async with asyncio.timeout_at(min(first_deadline, loop.time() + TOKENIZE_BUDGET_S)):
@@ -92,7 +87,7 @@ async def continue_on(
     try:
         async with asyncio.timeout_at(first_deadline):
             resp = await session.post(
-                yarl.URL(base + _PATHS[req.endpoint]), json=body, headers=headers, timeout=timeout
+                upstream_url(base, req.endpoint), json=body, headers=headers, timeout=timeout
             )
             if resp.status != 200 or not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
                 resp.close()

@@ -8,9 +8,11 @@ event stream) and :class:`~gateway.proxy.nonstream.BodyRelay` (a whole answer);
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Mapping
 
 import aiohttp
+import yarl
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -20,7 +22,37 @@ from gateway.proxy.result import ProxyResult, Retryable
 from gateway.proxy.sse import Patterns, model_patterns
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.wire.errors import ApiError, error_response
-from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE
+from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, upstream_headers
+
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+@functools.lru_cache(maxsize=256)
+def upstream_url(base: str, endpoint: str) -> yarl.URL:
+    """An engine's URL for ``endpoint`` (chat, completions), parsed once per engine and
+    endpoint (aiohttp would parse a string on every request)."""
+    return yarl.URL(base + _PATHS[endpoint])
+
+
+@functools.lru_cache(maxsize=64)
+def client_timeout(connect_s: float) -> aiohttp.ClientTimeout:
+    # sock_connect bounds a new connection (aiohttp raises ConnectionTimeoutError for it);
+    # no ``connect`` limit: it would arm a timer on every request, even on a pooled
+    # connection (the pool is unbounded, so nothing waits for a slot; DNS is bounded by
+    # the first-byte deadline around the whole call).
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
+
+
+def engine_headers(
+    client: Mapping[str, str], forward: frozenset[str], request_id: str, rt: EngineRuntime
+) -> CIMultiDict[str]:
+    """The headers of a request to an engine: the client's allow-listed ones, the request
+    id, JSON, and the engine's own key."""
+    headers = upstream_headers(client, forward)
+    headers[REQUEST_ID] = request_id
+    headers["Content-Type"] = "application/json"
+    headers.update(rt.config.auth_headers())
+    return headers
 
 
 class Relay:

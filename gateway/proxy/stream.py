@@ -295,14 +295,17 @@ class StreamRelay(MoveRelay):
                     return b"", False
                 if "model" in obj:
                     obj["model"] = self.client_model
-                data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
             if harvest.take(obj):
                 self._token_seen(result)
             if harvest.error is not None and (err := engine_error(obj, None)) is not None:
                 return b"data: " + json.dumps(err).encode() + b"\n\n", False  # the gateway's shape
             if swallow_usage and obj.get("choices") == [] and "usage" in obj:
                 return b"", False
-            return b"data: " + rewrite_model(data, patterns, obj, self.client_model) + b"\n\n", False
+            if cont is not None:  # rewritten in place: serialised anew, once
+                out = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+            else:
+                out = rewrite_model(data, patterns, obj, self.client_model)
+            return b"data: " + out + b"\n\n", False
         return ev + b"\n\n", False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -190,32 +191,20 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     lk_min, lk_max = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
     device = Device("gpu0")
     obs_s, obs_b = ItlObserver(), ItlObserver()
+    # both engines: the same model, profile and device (the spec engine adds its drafter)
+    config = functools.partial(
+        EngineConfig,
+        MODEL,
+        profile=cfg.profile,
+        seed=cfg.seed,
+        max_num_seqs=cfg.max_num_seqs,
+        device_scale=cfg.device_scale,
+    )
     spec_eng = device.attach(
-        Engine(
-            EngineConfig(
-                MODEL,
-                spec=spec_cfg,
-                profile=cfg.profile,
-                seed=cfg.seed,
-                spec_cost_scale=cfg.spec_cost_scale,
-                device_scale=cfg.device_scale,
-                max_num_seqs=cfg.max_num_seqs,
-            ),
-            observer=obs_s,
-        )
+        Engine(config(spec=spec_cfg, spec_cost_scale=cfg.spec_cost_scale), observer=obs_s)
     )
     spec_eng.step_overhead_ms = cfg.spec_overhead_ms
-    base_eng = Engine(
-        EngineConfig(
-            MODEL,
-            spec=None,
-            profile=cfg.profile,
-            seed=cfg.seed,
-            max_num_seqs=cfg.max_num_seqs,
-            device_scale=cfg.device_scale,
-        ),
-        observer=obs_b,
-    )
+    base_eng = Engine(config(spec=None), observer=obs_b)
     if not dynamic:
         device.attach(base_eng)
     mons = {

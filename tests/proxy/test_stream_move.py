@@ -6,6 +6,7 @@ that counts the whole answer; the old engine aborts the request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +18,12 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
-from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.proxy.move import MoveBoard, MoveTicket
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
 from gateway.telemetry import build_telemetry
+from tests.conftest import gateway_config_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -82,21 +84,22 @@ async def slow_pair() -> AsyncIterator[EmulatorGroup]:
         await group.stop()
 
 
-def _config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
-    from gateway.config import load_config
-
-    spec, base = group.engines
-    return load_config(
-        None,
-        env={},
-        overrides={
-            "server.port": 0,
-            "models.0.pairs.0.spec.url": spec.url,
-            "models.0.pairs.0.base.url": base.url,
-            "scrape.interval_s": 0.1,
-            **overrides,
-        },
+@contextlib.asynccontextmanager
+async def _gateway(
+    group: EmulatorGroup, policy: Flipper
+) -> AsyncIterator[tuple[TestServer, openai.AsyncOpenAI]]:
+    """The gateway (real telemetry) in front of ``group`` with ``policy``, and an SDK client."""
+    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
+    gw = TestServer(build_app(gateway_config_for(group), telemetry=tel, policies={"qwen3-8b": policy}))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
     )
+    try:
+        yield gw, client
+    finally:
+        await client.close()
+        await gw.close()
 
 
 async def _stream(
@@ -142,13 +145,7 @@ async def _metric(url: str, name: str, **labels: str) -> float:
 async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(slow_pair: EmulatorGroup) -> None:
     spec, base = slow_pair.engines
     policy = Flipper()
-    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
-    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
-    await gw.start_server()
-    client = await asyncio.to_thread(
-        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
-    )
-    try:
+    async with _gateway(slow_pair, policy) as (gw, client):
         reference = await _stream(client)  # all on spec
         flipped = asyncio.Event()
 
@@ -183,9 +180,6 @@ async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(slow_pair:
         st = gw.app[STATE]
         assert len(st.moves["qwen3-8b"]) == 0  # every ticket withdrawn
         assert all(e.inflight == 0 for e in st.models["qwen3-8b"].engines.values())
-    finally:
-        await client.close()
-        await gw.close()
 
 
 async def _flip_during(client: openai.AsyncOpenAI, policy: Flipper, **extra: Any) -> dict[str, Any]:
@@ -208,13 +202,7 @@ async def test_a_sibling_that_cannot_continue_leaves_the_stream_where_it_was(
     anything changed, and the answer comes whole from the spec engine."""
     spec, base = slow_pair.engines
     policy = Flipper()
-    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
-    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
-    await gw.start_server()
-    client = await asyncio.to_thread(
-        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
-    )
-    try:
+    async with _gateway(slow_pair, policy) as (gw, client):
         reference = await _stream(client)
         async with (
             aiohttp.ClientSession() as s,
@@ -229,9 +217,6 @@ async def test_a_sibling_that_cannot_continue_leaves_the_stream_where_it_was(
         assert await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="status_500") == 1
         assert await _metric(gw_url, "specgate_stream_moves_total", result="moved") == 0
         assert all(e.inflight == 0 for e in gw.app[STATE].models["qwen3-8b"].engines.values())
-    finally:
-        await client.close()
-        await gw.close()
 
 
 async def test_a_stream_whose_continuation_would_differ_stays(slow_pair: EmulatorGroup) -> None:
@@ -239,20 +224,12 @@ async def test_a_stream_whose_continuation_would_differ_stays(slow_pair: Emulato
     leaves it to finish on the engine it started on."""
     spec, _ = slow_pair.engines
     policy = Flipper()
-    gw = TestServer(build_app(_config(slow_pair), policies={"qwen3-8b": policy}))
-    await gw.start_server()
-    client = await asyncio.to_thread(
-        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
-    )
-    try:
+    async with _gateway(slow_pair, policy) as (gw, client):
         kept = await _flip_during(client, policy, seed=7)
         assert kept["usage"].completion_tokens == TOKENS and len(kept["ids"]) == 1
         assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 0
         assert await _metric(spec.url, "vllm:request_success_total", finished_reason="length") == 1
         assert len(gw.app[STATE].moves["qwen3-8b"]) == 0
-    finally:
-        await client.close()
-        await gw.close()
 
 
 async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
@@ -262,12 +239,7 @@ async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
     elsewhere and moves the engine's running streams to the sibling now, so the engine is
     empty at once and the client still gets its whole answer."""
     spec, base = slow_pair.engines
-    gw = TestServer(build_app(_config(slow_pair), policies={"qwen3-8b": Flipper()}))
-    await gw.start_server()
-    client = await asyncio.to_thread(
-        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
-    )
-    try:
+    async with _gateway(slow_pair, Flipper()) as (gw, client):
         reference = await _stream(client)
         answered: dict[str, Any] = {}
 
@@ -285,68 +257,63 @@ async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
         assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
         assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 1
         assert gw.app[STATE].models["qwen3-8b"].engines["spec0"].inflight == 0
-    finally:
-        await client.close()
-        await gw.close()
 
 
 async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_a_flip(
-    slow_pair: EmulatorGroup,
+    slow_pair: EmulatorGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stream queued on the old engine (no byte yet: here the spec engine holds every
     request before answering) is sent to the sibling the moment the regime flips, as a
     failover that blames nobody: the client gets its whole answer from the plain engine."""
     spec, _ = slow_pair.engines
     policy = Flipper()
-    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
-    gw = TestServer(build_app(_config(slow_pair), telemetry=tel, policies={"qwen3-8b": policy}))
-    await gw.start_server()
-    client = await asyncio.to_thread(
-        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
-    )
-    try:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(spec.url + "/_emulator/faults", json={"hang": "accept"}) as r,
-        ):
-            assert r.status == 200
-        queued = asyncio.create_task(
-            client.chat.completions.with_raw_response.create(
-                model="qwen3-8b",
-                messages=EDIT,
-                temperature=0,
-                max_tokens=TOKENS,
-                stream=True,  # type: ignore[arg-type]
-                extra_body={"ignore_eos": True},
+    enlisted = asyncio.Event()
+    enlist = MoveBoard.enlist
+
+    def spy(board: MoveBoard, route: Route, engine: str) -> MoveTicket:
+        enlisted.set()
+        return enlist(board, route, engine)
+
+    monkeypatch.setattr(MoveBoard, "enlist", spy)
+    async with _gateway(slow_pair, policy) as (gw, client):
+        try:
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(spec.url + "/_emulator/faults", json={"hang": "accept"}) as r,
+            ):
+                assert r.status == 200
+            queued = asyncio.create_task(
+                client.chat.completions.with_raw_response.create(
+                    model="qwen3-8b",
+                    messages=EDIT,  # type: ignore[arg-type]
+                    temperature=0,
+                    max_tokens=TOKENS,
+                    stream=True,
+                    extra_body={"ignore_eos": True},
+                )
             )
-        )
-        st = gw.app[STATE]
-        board_has = asyncio.Event()
-        while not board_has.is_set():  # the request reached the board (waiting on spec)
-            await asyncio.sleep(0)
-            if len(st.moves.get("qwen3-8b") or ()) == 1:
-                board_has.set()
-        policy.flip = True
-        await client.chat.completions.create(
-            model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-        )
-        raw = await asyncio.wait_for(queued, 30)
-        assert raw.headers["x-specgate-route"] == "base" and raw.headers["x-specgate-reason"] == "moved"
-        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
-        assert text
-        engines = st.models["qwen3-8b"].engines
-        assert engines["spec0"].consecutive_failures == 0  # not blamed
-        assert all(e.inflight == 0 for e in engines.values()) and len(st.moves["qwen3-8b"]) == 0
-        gw_url = str(gw.make_url("")).rstrip("/")
-        assert (
-            await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved_queued") == 1
-        )
-        assert await _metric(gw_url, "specgate_upstream_failures_total") == 0
-    finally:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(spec.url + "/_emulator/faults", json={"hang": "none"}) as r,
-        ):
-            pass
-        await client.close()
-        await gw.close()
+            st = gw.app[STATE]
+            await asyncio.wait_for(enlisted.wait(), 30)  # it waits for spec's first byte, on the board
+            policy.flip = True
+            await client.chat.completions.create(
+                model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            raw = await asyncio.wait_for(queued, 30)
+            assert raw.headers["x-specgate-route"] == "base" and raw.headers["x-specgate-reason"] == "moved"
+            text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+            assert text
+            engines = st.models["qwen3-8b"].engines
+            assert engines["spec0"].consecutive_failures == 0  # not blamed
+            assert all(e.inflight == 0 for e in engines.values()) and len(st.moves["qwen3-8b"]) == 0
+            gw_url = str(gw.make_url("")).rstrip("/")
+            assert (
+                await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved_queued")
+                == 1
+            )
+            assert await _metric(gw_url, "specgate_upstream_failures_total") == 0
+        finally:
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(spec.url + "/_emulator/faults", json={"hang": "none"}) as r,
+            ):
+                pass

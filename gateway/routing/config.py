@@ -44,10 +44,11 @@ class RoutingConfig(BaseModel):
         gt=0.0,
         le=100.0,
         description="evidence a mode flip needs: the predicted speed-up's excess beyond the band, "
-        "integrated over time, must reach this many speed-up x mean request durations (with 2-s "
-        "requests, 0.2 is 0.04 beyond the band for 10 s or 0.4 beyond it for 1 s). A flip leaves the "
-        "old engine's requests running beside the new one's, which slows both for about one request "
-        "duration; decisive changes flip in seconds, a prediction hovering near break-even never does",
+        "integrated over time, must reach this many speed-up x mean request decoding times (queue "
+        "excluded, since a flip moves the queued requests; whole request durations with move_on_flip "
+        "off; with 2-s requests, 0.2 is 0.04 beyond the band for 10 s or 0.4 beyond it for 1 s). A "
+        "flip costs a drain of about one request's decoding; decisive changes flip in seconds, a "
+        "prediction hovering near break-even never does",
     )
     move_on_flip: bool = Field(
         True,

@@ -46,6 +46,7 @@ class Reason(StrEnum):
     HANDOVER = "handover"  # a flip waits for the old engine to idle
     IDLE_PAIR = "idle_pair"  # a quiet pair, both engines idle: the engine faster for this request
     JOIN_RUNNING = "join_running"  # a quiet pair, one engine running: joined it (no split)
+    EXPLORE = "explore"  # measuring the plain engine once: its step time was only assumed
     # static policies
     STATIC = "static"
     LOW_TEMPERATURE = "low_temperature"

@@ -4,12 +4,16 @@ The cost model predicts each request's time per output token on the engine it is
 (step times from the calibration profile at the pair's load, tokens per step from the
 request's class). The gateway then measures what the request actually got. Part of the
 gap is common to both engines (the profile read at the wrong context length, host
-overheads): plain decoding is the same physics on either engine, so the plain engine's
-gap is taken as that common part. What remains on the speculative engine (acceptance,
-drafts, verification cost, all of it at the current load and temperature) is
-speculation's own error, and the spec regime's cost is scaled by it: at high load or high
-temperature the model can be off by as much as the two regimes differ, and only
-measurement can tell.
+overheads, a load the profile prices wrong for any engine): plain decoding is the same
+physics on either engine, so the plain engine's gap at a load is that common part. What
+the speculative engine shows beyond it (acceptance, drafts, verification cost, at the
+current load and temperature) is speculation's own error, and the spec regime's cost is
+scaled by it: at high load or high temperature the model can be off by as much as the two
+regimes differ, and only measurement can tell. But only the engine that runs is
+measured: where plain was not measured at the load spec runs at, spec's gap is taken as
+common, less the offset between the engines measured where both ran
+(:meth:`LatencyBias.relative`). Each flip measures the new engine at the load the old one
+ran at, which is how the offset is learned.
 
 The error depends on the load: a profile can price verification right for a batch of
 four and wrong for a batch of sixty-four (on a real H200 the EAGLE-3 pair verified its
@@ -76,9 +80,9 @@ class LatencyBias:
     tracks: dict[tuple[Route, int], _Track] = field(default_factory=dict)
     samples: dict[Route, int] = field(default_factory=lambda: dict.fromkeys(Route, 0))
 
-    def log_bias(self, route: Route, now: float, load: float | None = None) -> float:
-        """The log error at ``load`` (None: over every load alike)."""
-        at = None if load is None else load_bin(load)
+    def _near(self, route: Route, now: float, at: int | None) -> tuple[float, float]:
+        """(Σ kernel × total, Σ kernel × weight) of an engine's tracks around bin ``at``
+        (None: every load alike)."""
         num = den = 0.0
         for (r, b), t in self.tracks.items():
             if r is not route:
@@ -87,12 +91,58 @@ class LatencyBias:
             k = 1.0 if at is None else _KERNEL[min(abs(b - at), len(_KERNEL) - 1)]
             num += k * t.total
             den += k * t.weight
+        return num, den
+
+    def log_bias(self, route: Route, now: float, load: float | None = None) -> float:
+        """The engine's own measured log error at ``load`` (None: over every load alike),
+        shrunk toward the model."""
+        num, den = self._near(route, now, None if load is None else load_bin(load))
         w = den + self.prior_weight
         return num / w if w > 0 else 0.0
 
+    def _offset(self, now: float) -> float:
+        """log(spec's error ÷ plain's) where both engines were measured at the same loads,
+        shrunk toward 0: speculation's own error, the part a load where plain did not run
+        still shows."""
+        num = den = 0.0
+        for (r, b), t in list(self.tracks.items()):
+            if r is not Route.SPEC:
+                continue
+            t.decay(now, self.tau_s)
+            b_num, b_den = self._near(Route.BASE, now, b)
+            if t.weight > 0 and b_den > 0:
+                w = min(t.weight, b_den)
+                num += w * (t.total / t.weight - b_num / b_den)
+                den += w
+        return num / (den + self.prior_weight) if den + self.prior_weight > 0 else 0.0
+
+    def relative(self, now: float, load: float) -> float:
+        """log of what the spec engine adds to the model's error at ``load``, beyond the
+        part common to both engines.
+
+        Only the engine that runs is measured, and an error common to both (the device,
+        a load the profile prices wrong for every engine) would be credited to it alone:
+        at a saturated peak spec's requests ran 19 % over the model, the pair flipped to
+        plain, and plain then ran 39 % over it. So spec's error counts as its own only as
+        far as plain was measured at the same load (both weights ``w/(w + prior)``); the
+        rest is taken as common, less the offset between the engines measured at the
+        loads where both ran."""
+        at = load_bin(load)
+        s_num, s_den = self._near(Route.SPEC, now, at)
+        b_num, b_den = self._near(Route.BASE, now, at)
+        off = self._offset(now)
+        if s_den <= 0 or b_den <= 0:
+            return off
+        p = self.prior_weight
+        both = (s_den / (s_den + p)) * (b_den / (b_den + p))
+        return off + both * (s_num / s_den - b_num / b_den - off)
+
     def factor(self, route: Route, now: float, load: float | None = None) -> float:
-        """Measured ÷ modelled time per token on ``route`` at ``load`` (1 = the model is
-        right): for the plain engine the common part, for the speculative engine what it adds."""
+        """Measured ÷ modelled time per token at ``load`` (1 = the model is right): for the
+        speculative engine what it adds beyond the common part (:meth:`relative`), for the
+        plain engine its own measured error (shown, not priced)."""
+        if route is Route.SPEC and load is not None:
+            return math.exp(self.relative(now, load))
         return math.exp(self.log_bias(route, now, load))
 
     def observe(
@@ -109,8 +159,6 @@ class LatencyBias:
         if tokens < _MIN_TOKENS or not (measured_s > 0 and predicted_s > 0):
             return False
         r = math.log(measured_s / predicted_s)
-        if route is Route.SPEC:  # the common part, as the plain engine shows it at this load
-            r -= self.log_bias(Route.BASE, now, load)
         t = self.tracks.setdefault((route, load_bin(load)), _Track())
         t.decay(now, self.tau_s)
         t.total += max(-_MAX_LOG_RATIO, min(_MAX_LOG_RATIO, r))

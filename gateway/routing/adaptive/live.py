@@ -6,7 +6,8 @@ Multiplicative, 1 = the model is right:
   length) ÷ what the router expected of the traffic it sent there;
 * ``q_ratio``: its drafted tokens per step ÷ expected (n-gram drafts only on a match);
 * ``scale_spec`` / ``scale_base``: measured step time (windowed inter-token latency) ÷ the
-  profile's, fitted only while the engine ran alone on the device.
+  profile's, fitted only while the engine ran alone on the device, per load; the part of
+  it common to both engines (the device) is read from either (:mod:`.stepscale`).
 
 With nothing measured (the engine idle, its scrape stale) each relaxes back to 1 on
 ``unknown_half_life_s``. The per-request check of the whole model against measured time
@@ -19,11 +20,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from gateway.routing.adaptive.stepscale import StepScales
 from gateway.routing.steptime import StepModel
 from gateway.routing.types import EngineStats, EngineView, PairView
 
-_SCALE_MIN = 0.25  # bounds of the measured/profile step-time correction
-_SCALE_MAX = 20.0
 _FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
 _SENT_HORIZON_S = 120.0  # how long requests sent to spec are remembered (bounds the deque)
 _MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
@@ -73,8 +73,9 @@ class LiveCorrections:
     ratio: float = 1.0
     measured: bool = False  # whether a live acceptance was ever measured
     q_ratio: float = 1.0
-    scale_spec: float = 1.0
-    scale_base: float = 1.0
+    # measured ÷ profile step time, per engine and load (:mod:`.stepscale`)
+    scales: StepScales = field(default_factory=StepScales)
+    last_load: float = 1.0  # the load the scales are read at by scale_spec / scale_base
     prefill_per_token: float = 0.0  # prompt tokens prefilled per answer token (the pair's)
     last_update: float = -math.inf
     # The batch an engine runs while requests wait: its scheduler's cap (max_num_seqs, or
@@ -249,13 +250,28 @@ class LiveCorrections:
         if key == self._last_view_key or len(hist) < 3:
             return
         self._last_view_key = key
-        if not base.stale and base.stats.step_s and all(h[1] == 0 and h[2] > 0 for h in hist):
-            w = sum(h[2] for h in hist)
-            pred = self.scale_base * sum(h[2] * h[4] for h in hist) / w
-            ratio = _decode_ms(base.stats, steps, context_tokens) / pred
-            self.scale_base = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_base * ratio**0.3))
-        if not spec.stale and spec.stats.step_s and all(h[2] == 0 and h[1] > 0 for h in hist):
-            w = sum(h[1] for h in hist)
-            pred = self.scale_spec * sum(h[1] * h[3] for h in hist) / w
-            ratio = _decode_ms(spec.stats, steps, context_tokens) / pred
-            self.scale_spec = min(_SCALE_MAX, max(_SCALE_MIN, self.scale_spec * ratio**0.3))
+        for spec_engine, e, i_load, i_pred in ((True, spec, 1, 3), (False, base, 2, 4)):
+            other = 2 if spec_engine else 1
+            if e.stale or not e.stats.step_s or not all(h[other] == 0 and h[i_load] > 0 for h in hist):
+                continue
+            w = sum(h[i_load] for h in hist)
+            pred = sum(h[i_load] * h[i_pred] for h in hist) / w  # the profile's, load-weighted
+            load = sum(h[i_load] * h[i_load] for h in hist) / w
+            self.scales.observe(spec_engine, load, _decode_ms(e.stats, steps, context_tokens) / pred, now)
+            self.last_load = load
+
+    @property
+    def now(self) -> float:
+        return self.last_update
+
+    def scale(self, spec: bool, load: float) -> float:
+        """Measured ÷ profile step time of an engine at ``load`` (:mod:`.stepscale`)."""
+        return self.scales.scale(spec, load, self.last_update)
+
+    @property
+    def scale_spec(self) -> float:
+        return self.scale(True, self.last_load)
+
+    @property
+    def scale_base(self) -> float:
+        return self.scale(False, self.last_load)

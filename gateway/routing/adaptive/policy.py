@@ -9,7 +9,9 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    engine's live windowed acceptance to what the router expected of the traffic it sent;
 2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
    step), the pair's whole load, and step times of both engines from the calibration
-   profile, scaled by the ratio of their measured step time to the predicted one;
+   profile, scaled per load by their measured step time ÷ the profile's, the part common
+   to both engines (the device) read from either (:mod:`.stepscale`); an engine only
+   assumed so is explored once (:meth:`AdaptivePolicy._explore`);
 3. both engines on one device timeline (:mod:`gateway.routing.adaptive.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
    counts what each request costs the others (they share the batch and the device),
@@ -19,7 +21,7 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
 4. the model's mode (:mod:`gateway.routing.adaptive.modes`): *speculating* sends traffic to spec,
    *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
    beyond ``1 + margin ± hysteresis``, integrated over
-   time, pays for one drain (``switch_evidence`` × the mean request duration), at a moment
+   time, pays for one drain (``switch_evidence`` × :meth:`AdaptivePolicy._drain_s`), at a moment
    the old engine runs no more requests than arrivals usually find (or once the evidence
    is twice that); after a flip new requests still join the old engine until it idles, for
    at most one request duration (the handover).
@@ -84,6 +86,14 @@ _LOAD_DRIFT = 0.25
 _LOAD_DRIFT_FLOOR = 8.0
 _LOAD_HORIZON_S = 300.0  # how far back loads are kept (longer requests are not judged)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
+# Exploring the plain engine whose step time is only assumed (see .live): once the spec
+# engine's own step fit has settled (this many fits) and reads the profile this far off
+# (another GPU: 1.2-2 x; the profile's own error across loads stays within ~10 %), and
+# only while the spec engine queues nothing (on a saturated pair a flip moves a queue).
+_EXPLORE_AFTER_FITS = 3
+_EXPLORE_OFF = 0.20
+_EXPLORE_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
+_EXPLORE_RETRY_S = 300.0
 
 
 class AdaptivePolicy:
@@ -117,11 +127,13 @@ class AdaptivePolicy:
         self._last_costs: RegimeCosts | None = None
         self._routing: Route | None = None  # where the mode's traffic goes (lags a flip: _handover)
         self._duration_s = 2.0  # mean request duration (how long a handover may wait)
+        self._decode_s = 2.0  # its decoding part (from the first token to the last)
         self._quiet = True  # see _quiet_pair
         self._busy = 0.0  # mean requests in flight that arrivals find
         # (time, requests in flight) at each decision, for as long as a request may live
         self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
         self.shared = SharedPair()  # other gateway replicas' requests on the same pair
+        self._explore_until = -math.inf  # an exploration of the plain engine runs until then
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -151,6 +163,7 @@ class AdaptivePolicy:
         shared = self.shared.shared(now)
         self.mode.premium = SHARED_PREMIUM if shared else 0.0
         load = self.live.batch(in_flight + 1.0)
+        self.live.last_load = load
         self._loads.append((now, load))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
             self._loads.popleft()
@@ -161,12 +174,10 @@ class AdaptivePolicy:
         # old engine runs no more than arrivals usually find (not on a burst), which keeps
         # the drain, and the requests it slows, to the usual.
         old = spec if self.mode.speculating else base
-        import os
-
-        cheap = bool(os.environ.get("EXP_NOCHEAP")) or engine_load(old) <= max(1.0, self._busy)
+        cheap = engine_load(old) <= max(1.0, self._busy)
         was = self.mode.speculating
         speculating = self.mode.update(
-            speedup, now, self.cfg.switch_evidence * self._duration_s, cheap=cheap, noise=self._noise(costs)
+            speedup, now, self.cfg.switch_evidence * self._drain_s(), cheap=cheap, noise=self._noise(costs)
         )
         # a pair shared with other replicas: no try at spec during a back-off, and back to
         # plain when the others stay there (adaptive.shared)
@@ -176,9 +187,14 @@ class AdaptivePolicy:
         ):
             self.mode.follow(False)
             speculating = False
+        quiet = self._quiet_pair(in_flight) and not shared
+        queued = (spec.stats.waiting or 0.0) > 0
+        exploring = not quiet and not shared and self._explore(now, speculating=speculating, queued=queued)
+        if exploring:
+            self.mode.follow(False)
+            speculating = False
         # A flip of the regime by evidence (not a quiet pair following its device): the old
         # engine's streams move to the new one where the gateway can (move_on_flip).
-        quiet = self._quiet_pair(in_flight) and not shared
         moving = self.cfg.move_on_flip and speculating != was and not quiet
         no_data = evidence == 0.0 and not self.live.measured
         threshold = 1.0 + self.mode.margin
@@ -199,6 +215,8 @@ class AdaptivePolicy:
             self.mode.follow(route is Route.SPEC)
         elif self._handover(target, pair, now, moving=moving):
             route, reason = target.other, Reason.HANDOVER
+        elif exploring:
+            route, reason = Route.BASE, Reason.EXPLORE
         elif speculating:
             route = Route.SPEC
             reason = (
@@ -246,6 +264,46 @@ class AdaptivePolicy:
             move_from=target.other if moving else None,
         )
         return self._record(features, d, now, e)
+
+    def _explore(self, now: float, *, speculating: bool, queued: bool) -> bool:
+        """Whether the plain engine is being explored: measured once, because its step time
+        is only assumed from the spec engine's (:mod:`.live`).
+
+        The assumption (the device, not the engine, is off the profile: :mod:`.stepscale`) keeps a pair on a
+        slower GPU from flipping to the idle engine on an error common to both, but it
+        would also keep a spec engine that is slow for reasons of its own (a dear drafter)
+        from ever being compared with plain. So once the spec engine's fit has settled off
+        the profile, the pair runs plain until its step time is measured (at most
+        ``_EXPLORE_MAX_S``; never on a saturated pair), and the evidence then decides as
+        usual: on a slower GPU it
+        flips back within seconds, behind a slow drafter it stays. One exploration per
+        assumption; an engine measured is never assumed again."""
+        live = self.live
+        if now < self._explore_until:
+            if live.scales.assumed(spec=False):
+                return True
+            self._explore_until = -math.inf  # measured: the evidence decides from here
+            return False
+        if (
+            speculating
+            and not queued
+            and live.scales.assumed(spec=False)
+            and live.scales.fits[True] >= _EXPLORE_AFTER_FITS
+            and abs(math.log(live.scale_spec)) > math.log1p(_EXPLORE_OFF)
+            and now >= self._explore_until + _EXPLORE_RETRY_S
+        ):
+            self._explore_until = now + _EXPLORE_MAX_S
+            return True
+        return False
+
+    def _drain_s(self) -> float:
+        """How long a flip's drain lasts: the old engine's requests run to their end, queue
+        included, unless the flip moves them (``move_on_flip``); then the queued ones are
+        re-sent at once and what is left is about one request's decoding (the streams that
+        cannot move, and each moved one's new prefill). On a saturated pair requests queue
+        for minutes, and evidence scaled by their whole life held a flip back for as long
+        (a 2x slower GPU on the copy-heavy day: 330 s on the wrong regime)."""
+        return self._decode_s if self.cfg.move_on_flip else self._duration_s
 
     def _quiet_pair(self, in_flight: float) -> bool:
         """Whether the pair is quiet: so few requests in flight that it idles often. Then a
@@ -386,8 +444,8 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.live.scale_spec * self.bias.factor(Route.SPEC, self.live.last_update, load),
-            scale_base=self.live.scale_base,
+            scale_spec=self.live.scale(True, load) * self.bias.factor(Route.SPEC, self.live.now, load),
+            scale_base=self.live.scale(False, load),
             margin=self.mode.margin,
             method=self.method,
             k=self.k,
@@ -412,8 +470,9 @@ class AdaptivePolicy:
             tokens = outcome.completion_tokens
             self.bias.observe(outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found)
         if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
-            dur = outcome.ttft_s + outcome.tpot_s * max(0, outcome.completion_tokens - 1)
-            self._duration_s += 0.05 * (dur - self._duration_s)
+            decode = outcome.tpot_s * max(0, outcome.completion_tokens - 1)
+            self._duration_s += 0.05 * (outcome.ttft_s + decode - self._duration_s)
+            self._decode_s += 0.05 * (decode - self._decode_s)
         kind = outcome.kind if outcome.kind in KINDS else "chat"
         if self.method in NGRAM_METHODS:
             if outcome.lookup_acceptance is not None:

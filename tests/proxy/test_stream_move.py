@@ -102,18 +102,22 @@ async def _gateway(
         await gw.close()
 
 
+# the streamed greedy edit every test here sends (ignore_eos: it runs to max_tokens)
+EDIT_STREAM: dict[str, Any] = {
+    "model": "qwen3-8b",
+    "messages": EDIT,
+    "temperature": 0,
+    "max_tokens": TOKENS,
+    "stream": True,
+    "extra_body": {"ignore_eos": True},
+}
+
+
 async def _stream(
     client: openai.AsyncOpenAI, on_chunk: Callable[[int], Any] | None = None, **extra: Any
 ) -> dict[str, Any]:
     stream = await client.chat.completions.create(
-        model="qwen3-8b",
-        messages=EDIT,  # type: ignore[arg-type]
-        temperature=0,
-        max_tokens=TOKENS,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True},
-        **extra,
+        **EDIT_STREAM, stream_options={"include_usage": True}, **extra
     )
     text, ids, roles, usage, finish = "", set(), 0, None, None
     n = 0
@@ -282,16 +286,7 @@ async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_
                 s.post(spec.url + "/_emulator/faults", json={"hang": "accept"}) as r,
             ):
                 assert r.status == 200
-            queued = asyncio.create_task(
-                client.chat.completions.with_raw_response.create(
-                    model="qwen3-8b",
-                    messages=EDIT,  # type: ignore[arg-type]
-                    temperature=0,
-                    max_tokens=TOKENS,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
-                )
-            )
+            queued = asyncio.create_task(client.chat.completions.with_raw_response.create(**EDIT_STREAM))
             st = gw.app[STATE]
             await asyncio.wait_for(enlisted.wait(), 30)  # it waits for spec's first byte, on the board
             policy.flip = True

@@ -62,6 +62,11 @@ class _Track:
         self.at = now if self.at is None else max(self.at, now)
 
 
+def kernel(d: int) -> float:
+    """Weight of a load bin ``d`` bins away from the one read (one octave's Gaussian)."""
+    return _KERNEL[min(abs(d), len(_KERNEL) - 1)]
+
+
 def load_bin(load: float) -> int:
     """The half-octave bin of a load (requests in flight, at least 1)."""
     return round(math.log2(max(1.0, load)) * _BINS_PER_OCTAVE)
@@ -88,7 +93,7 @@ class LatencyBias:
             if r is not route:
                 continue
             t.decay(now, self.tau_s)
-            k = 1.0 if at is None else _KERNEL[min(abs(b - at), len(_KERNEL) - 1)]
+            k = 1.0 if at is None else kernel(b - at)
             num += k * t.total
             den += k * t.weight
         return num, den

@@ -260,10 +260,6 @@ class LiveCorrections:
             self.scales.observe(spec_engine, load, _decode_ms(e.stats, steps, context_tokens) / pred, now)
             self.last_load = load
 
-    @property
-    def now(self) -> float:
-        return self.last_update
-
     def scale(self, spec: bool, load: float) -> float:
         """Measured ÷ profile step time of an engine at ``load`` (:mod:`.stepscale`)."""
         return self.scales.scale(spec, load, self.last_update)

@@ -269,15 +269,15 @@ class AdaptivePolicy:
         """Whether the plain engine is being explored: measured once, because its step time
         is only assumed from the spec engine's (:mod:`.live`).
 
-        The assumption (the device, not the engine, is off the profile: :mod:`.stepscale`) keeps a pair on a
-        slower GPU from flipping to the idle engine on an error common to both, but it
-        would also keep a spec engine that is slow for reasons of its own (a dear drafter)
-        from ever being compared with plain. So once the spec engine's fit has settled off
-        the profile, the pair runs plain until its step time is measured (at most
-        ``_EXPLORE_MAX_S``; never on a saturated pair), and the evidence then decides as
-        usual: on a slower GPU it
-        flips back within seconds, behind a slow drafter it stays. One exploration per
-        assumption; an engine measured is never assumed again."""
+        The assumption (the device, not the engine, is off the profile: :mod:`.stepscale`)
+        keeps a pair on a slower GPU from flipping to the idle engine on an error common to
+        both, but it would also keep a spec engine that is slow for reasons of its own (a
+        dear drafter) from ever being compared with plain. So once the spec engine's fit
+        has settled off the profile, the pair runs plain until its step time is measured
+        (at most ``_EXPLORE_MAX_S``; never on a saturated pair), and the evidence then
+        decides as usual: on a slower GPU it flips back within seconds, behind a slow
+        drafter it stays. One exploration per assumption; an engine measured is never
+        assumed again."""
         live = self.live
         if now < self._explore_until:
             if live.scales.assumed(spec=False):
@@ -444,7 +444,8 @@ class AdaptivePolicy:
             load=load,
             q_spec=self._q_mix(),
             inv_tokens_per_step=self._inv_e_mix(),
-            scale_spec=self.live.scale(True, load) * self.bias.factor(Route.SPEC, self.live.now, load),
+            scale_spec=self.live.scale(True, load)
+            * self.bias.factor(Route.SPEC, self.live.last_update, load),
             scale_base=self.live.scale(False, load),
             margin=self.mode.margin,
             method=self.method,

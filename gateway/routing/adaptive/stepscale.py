@@ -29,10 +29,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gateway.routing.adaptive.calibration import _Track, load_bin
+from gateway.routing.adaptive.calibration import _Track, kernel, load_bin
 
 _MAX_LOG = math.log(20.0)  # a fit outside 1/20 .. 20 x the profile is clipped
-_BINS_PER_OCTAVE = 2
 _KERNEL_FLOOR = 0.02  # a measurement far away in load still says something of the device
 _PRIOR_WEIGHT = 1.0  # fits of the device factor a load's reading is shrunk toward
 
@@ -41,7 +40,7 @@ _NEAR_BINS = 2  # the offset compares the engines only where both ran within an 
 
 
 def _kernel(d: int, floor: float = _KERNEL_FLOOR) -> float:
-    return max(floor, math.exp(-0.5 * (d / _BINS_PER_OCTAVE) ** 2))
+    return max(floor, kernel(d))
 
 
 @dataclass

@@ -90,7 +90,13 @@ def build_app(
     state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
     attach_models(state.telemetry, models)  # live routing state for /metrics, read at scrape time
 
-    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=[_errors])
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[_errors],
+        # Bodies are decoded by the gateway, bounded and off the event loop (api/body.py):
+        # aiohttp's own decoding runs on the loop, and decodes an unread rest on close.
+        handler_args={"auto_decompress": False},
+    )
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)

@@ -18,7 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.api.auth import check_client, check_model_access
-from gateway.api.body import check_content_encoding, parse_body
+from gateway.api.body import check_content_encoding, decoded, parse_body
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
@@ -293,22 +293,23 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, bounded in size (413), encoding (415/400) and time (408)."""
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large")
-    check_content_encoding(request.headers.get("Content-Encoding"))
+    coding = request.headers.get("Content-Encoding")
+    check_content_encoding(coding)
     try:
         if request.content.is_eof():  # the whole body already arrived: no timer needed
-            return await request.read()
-        async with asyncio.timeout(BODY_TIMEOUT_S):
-            return await request.read()
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                raw = await request.read()
     except TimeoutError:
         raise ApiError(
             408, f"request body not received within {BODY_TIMEOUT_S:g} s", code="request_timeout"
         ) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large") from None
-    except web.RequestPayloadError:  # a body that does not decode as its Content-Encoding, or cut
-        raise ApiError(
-            400, "request body could not be read (does it match its Content-Encoding?)", code="invalid_body"
-        ) from None
+    except web.RequestPayloadError:  # cut short, or a malformed chunked framing
+        raise ApiError(400, "request body could not be read", code="invalid_body") from None
+    return await decoded(raw, coding, limit)
 
 
 _SAFE_POLICY = FixedPolicy(Route.BASE)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import io
 import json
@@ -31,6 +32,8 @@ async def _post(url: str, data: bytes, headers: dict[str, str]) -> tuple[int, di
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
 async def test_a_body_that_does_not_match_its_encoding_is_a_400(encoding: str) -> None:
+    if encoding == "br":
+        pytest.importorskip("brotli")
     async with harness() as h:
         status, body = await _post(
             h.url("/v1/chat/completions"), json.dumps(REQ).encode(), {"Content-Encoding": encoding}
@@ -55,8 +58,15 @@ async def test_encodings_that_decode_are_served_and_unknown_ones_refused() -> No
     assert (exc.value.status, exc.value.code) == (415, "unsupported_encoding")
 
 
+def _gzip_bomb(expanded: int) -> bytes:
+    """``expanded`` bytes of spaces, gzipped in 1 MiB pieces (~1/1000 the size)."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing
+    piece = b" " * (1024 * 1024)
+    return b"".join(z.compress(piece) for _ in range(expanded // len(piece))) + z.flush()
+
+
 async def test_a_gzip_bomb_expands_no_further_than_the_body_limit() -> None:
-    bomb = gzip.compress(b" " * (64 * 1024 * 1024))  # 64 MiB of spaces in ~64 KiB
+    bomb = await asyncio.to_thread(_gzip_bomb, 64 * 1024 * 1024)  # 64 MiB in ~64 KiB
     async with harness(server={"max_body_bytes": 1024 * 1024}) as h:
         status, body = await _post(h.url("/v1/chat/completions"), bomb, {"Content-Encoding": "gzip"})
         assert status in (400, 413), body
@@ -110,3 +120,60 @@ async def test_large_legal_bodies_are_parsed_off_the_event_loop(monkeypatch: pyt
     main = threading.main_thread().ident
     assert threads[0] != main  # 600 KiB: in a worker thread
     assert threads[1] == main  # small: inline
+
+
+def _gzip_members(*parts: bytes) -> bytes:
+    return b"".join(gzip.compress(p) for p in parts)
+
+
+@pytest.mark.parametrize(
+    ("data", "header", "expected"),
+    [
+        (gzip.compress(b'{"a": 1}'), "gzip", b'{"a": 1}'),
+        (_gzip_members(b'{"a": ', b"1}"), "x-gzip", b'{"a": 1}'),  # two members, one body
+        (zlib.compress(b"[1]"), "deflate", b"[1]"),
+        (zlib.compress(b"[1]")[2:-4], "deflate", b"[1]"),  # raw deflate, as some clients send
+        (gzip.compress(zlib.compress(b"[2]")), "deflate, gzip", b"[2]"),  # last applied, first undone
+        (b"[3]", "identity", b"[3]"),
+        (b"[3]", None, b"[3]"),
+    ],
+)
+def test_bodies_decode_as_their_content_encoding(data: bytes, header: str | None, expected: bytes) -> None:
+    assert body_mod.decode_body(data, header, 1024) == expected
+
+
+def test_brotli_bodies_decode_where_the_codec_is_installed() -> None:
+    brotli = pytest.importorskip("brotli")
+    assert body_mod.decode_body(brotli.compress(b'{"b": 2}'), "br", 1024) == b'{"b": 2}'
+    with pytest.raises(ApiError) as exc:
+        body_mod.decode_body(brotli.compress(b"x" * 2000), "br", 1024)
+    assert exc.value.status == 413
+    with pytest.raises(ApiError) as exc:
+        body_mod.decode_body(brotli.compress(b"x" * 2000)[:-3], "br", 4096)
+    assert exc.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("data", "header"),
+    [
+        (gzip.compress(b"[1]")[:-5], "gzip"),  # cut short
+        (gzip.compress(b"[1]") + b"junk", "gzip"),  # trailing bytes that are no member
+        (zlib.compress(b"[1]") + b"junk", "deflate"),
+        (b"[1]", "gzip"),  # not compressed at all
+    ],
+)
+def test_a_body_that_does_not_decode_is_a_400(data: bytes, header: str) -> None:
+    with pytest.raises(ApiError) as exc:
+        body_mod.decode_body(data, header, 1024)
+    assert (exc.value.status, exc.value.code) == (400, "invalid_body")
+
+
+def test_decoding_stops_one_byte_past_the_limit() -> None:
+    exact = gzip.compress(b"x" * 1024)
+    assert len(body_mod.decode_body(exact, "gzip", 1024)) == 1024
+    with pytest.raises(ApiError) as exc:
+        body_mod.decode_body(gzip.compress(b"x" * 1025), "gzip", 1024)
+    assert (exc.value.status, exc.value.code) == (413, "request_too_large")
+    # a stack of codings is bounded at every layer, not only the last
+    with pytest.raises(ApiError):
+        body_mod.decode_body(gzip.compress(gzip.compress(b"x" * 4096)), "gzip, gzip", 1024)

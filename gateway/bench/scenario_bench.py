@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import csv
 import json
 import sys
 import time
@@ -34,6 +35,7 @@ from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
 from gateway.sim.agreement import Sample, agreement, switch_spread
+from gateway.sim.run import RequestRecord as SimRecord
 from gateway.sim.run import SimConfig, simulate
 from gateway.sim.scenarios import Scenario, get_scenario, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
@@ -49,6 +51,7 @@ class SocketRecord:
 
     arrival: float
     route: str
+    reason: str
     output_tokens: int
     ttft_s: float | None
     tpot_s: float | None
@@ -60,11 +63,34 @@ def to_record(arrival: float, r: RequestRecord) -> SocketRecord:
     return SocketRecord(
         arrival=arrival,
         route=r.route,
+        reason=r.reason,
         output_tokens=r.output_tokens,
         ttft_s=r.ttft if done else None,
         tpot_s=r.tpot if done else None,
         finished_at=arrival + r.e2e if done and r.e2e is not None else None,
     )
+
+
+_REQUEST_COLUMNS = ("side", "policy", "arrival_s", "route", "reason", "output_tokens", "ttft_ms", "tpot_ms")
+
+
+def write_requests(path: Path, bench: dict[str, list[SocketRecord]], sim: dict[str, list[SimRecord]]) -> None:
+    """Every request of both sides, one row each: where it went, why, and what it measured
+    (no text), so that a gap between the two can be found request by request."""
+
+    def ms(x: float | None) -> str:
+        return "" if x is None else f"{1000.0 * x:.3f}"
+
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(_REQUEST_COLUMNS)
+        sides: tuple[tuple[str, dict[str, list[SocketRecord]] | dict[str, list[SimRecord]]], ...]
+        sides = (("bench", bench), ("sim", sim))
+        for side, recs in sides:
+            for policy, rows in recs.items():
+                for r in rows:
+                    at, n = f"{r.arrival:.3f}", r.output_tokens
+                    w.writerow([side, policy, at, r.route, r.reason, n, ms(r.ttft_s), ms(r.tpot_s)])
 
 
 def workload(args: argparse.Namespace, sc: Scenario) -> list[tuple[float, WorkloadRequest]]:
@@ -286,6 +312,7 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     with open(out / "results.md", "a", encoding="utf-8") as fh:
         fh.write("\n" + cmp_md + "\n")
     (out / "simulator.json").write_text(json.dumps(sim, indent=1, default=str), encoding="utf-8")
+    write_requests(out / "requests.csv", recs, {p: r.records for p, r in sim_runs.items()})
     if args.replicas > 1:  # what the agreement figures were computed from
         rows = {p: [[x.at, list(x.modes), list(x.running)] for x in xs] for p, xs in watched.items()}
         (out / "replica_samples.json").write_text(json.dumps(rows), encoding="utf-8")

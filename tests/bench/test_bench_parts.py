@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import json
 from pathlib import Path
 
@@ -179,6 +180,25 @@ async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> Non
     assert all(r.tpot_s is not None and r.ttft_s is not None and r.finished_at > r.arrival for r in recs)
     assert [b["seed"] for b in app[SEEN]] == [wr.seed for _, wr in work]
     assert all(b["temperature"] == 0.5 for b in app[SEEN])
+
+
+def test_requests_csv_holds_both_sides_request_by_request(tmp_path: Path) -> None:
+    from gateway.sim.run import RequestRecord as SimRecord
+
+    bench = {"adaptive": [scenario_bench.SocketRecord(1.5, "spec", "join_running", 40, 0.02, 0.0051, 1.8)]}
+    sim = {
+        "adaptive": [
+            SimRecord(1.5, "edit", "edit", "edit", 0.0, "base", "hysteresis", False, 40, None, None, None)
+        ]
+    }
+    scenario_bench.write_requests(tmp_path / "requests.csv", bench, sim)
+    rows = list(csv.DictReader((tmp_path / "requests.csv").read_text(encoding="utf-8").splitlines()))
+    assert [(r["side"], r["route"], r["reason"]) for r in rows] == [
+        ("bench", "spec", "join_running"),
+        ("sim", "base", "hysteresis"),
+    ]
+    assert (rows[0]["tpot_ms"], rows[0]["ttft_ms"]) == ("5.100", "20.000")
+    assert rows[1]["tpot_ms"] == ""  # unfinished: no time, not zero
 
 
 def test_scenario_comparison_is_bench_over_simulator() -> None:

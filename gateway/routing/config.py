@@ -40,13 +40,13 @@ class RoutingConfig(BaseModel):
         "and comes back above 1 + margin + band",
     )
     switch_evidence: float = Field(
-        0.2,
+        0.1,
         gt=0.0,
         le=100.0,
         description="evidence a mode flip needs: the predicted speed-up's excess beyond the band, "
         "integrated over time, must reach this many speed-up x mean request decoding times (queue "
         "excluded, since a flip moves the queued requests; whole request durations with move_on_flip "
-        "off; with 2-s requests, 0.2 is 0.04 beyond the band for 10 s or 0.4 beyond it for 1 s). A "
+        "off; with 2-s requests, 0.1 is 0.02 beyond the band for 10 s or 0.2 beyond it for 1 s). A "
         "flip costs a drain of about one request's decoding; decisive changes flip in seconds, a "
         "prediction hovering near break-even never does",
     )
@@ -68,7 +68,7 @@ class RoutingConfig(BaseModel):
         "chance does not flip the mode",
     )
     mix_window_s: float = Field(
-        7.0,
+        4.0,
         gt=0.0,
         le=600.0,
         description="the traffic mix the regimes are compared on: requests of the last this many "

@@ -114,6 +114,7 @@ def sim_config(args: argparse.Namespace, sc: Scenario, policy: str) -> SimConfig
         phases=sc.phases,
         warmup_s=args.warmup,
         replicas=args.replicas,
+        seeded_bodies=True,  # as send_all sends them
     )
 
 

@@ -34,9 +34,10 @@ MAX_MOVED_CHARS = 64 * 1024  # a longer partial answer is not moved (its prefill
 MIN_TOKENS_LEFT = 64
 
 # Fields whose meaning does not survive a continuation: a request carrying any of them
-# (with a value other than "off") stays on its engine.
+# (with a value other than "off") stays on its engine. ``seed`` pins only a sampled
+# request (its answer is one reproducible draw): at temperature 0 decoding is greedy, the
+# seed changes nothing, and the continuation is exact.
 _PINNED = (
-    "seed",
     "logprobs",
     "top_logprobs",
     "prompt_logprobs",
@@ -66,6 +67,8 @@ def movable(body: dict[str, Any], endpoint: str) -> bool:
         return False
     if any(not _off(body.get(key)) for key in _PINNED):
         return False
+    if body.get("seed") is not None and not _greedy(body.get("temperature")):
+        return False
     if body.get("add_generation_prompt", True) is not True:
         return False
     if endpoint == CHAT:
@@ -77,6 +80,11 @@ def movable(body: dict[str, Any], endpoint: str) -> bool:
             isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str)
         )
     return False
+
+
+def _greedy(temperature: object) -> bool:
+    """Temperature 0 as sent (absent: the engine's default, which samples)."""
+    return isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature == 0
 
 
 def _off(v: object) -> bool:

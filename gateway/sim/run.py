@@ -68,6 +68,9 @@ class SimConfig:
     # turn (client-side round robin); they share only what the engines show (scrapes).
     replicas: int = 1
     replicas_reported: bool = False  # whether summaries carry the replicas' agreement
+    # Bodies carry each request's seed, as the scenario bench sends them (so that a sampled
+    # answer is the same draw for every policy); the gateway then moves no sampled stream.
+    seeded_bodies: bool = False
 
 
 @dataclass
@@ -168,9 +171,11 @@ def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
     return out
 
 
-def parse_workload(wr: WorkloadRequest) -> ParsedRequest:
-    """A workload request as the gateway would see it: its chat body through the shared pipeline."""
-    return parse_request(to_openai_body(wr, MODEL), CHAT, None, allow_override=False)
+def parse_workload(wr: WorkloadRequest, *, seeded: bool = False) -> ParsedRequest:
+    """A workload request as the gateway would see it: its chat body (with its seed when
+    ``seeded``) through the shared pipeline."""
+    extra = {"seed": wr.seed} if seeded and wr.seed is not None else None
+    return parse_request(to_openai_body(wr, MODEL, extra=extra), CHAT, None, allow_override=False)
 
 
 def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
@@ -295,7 +300,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             on_events(events)
 
     def route_one(t: float, wr: WorkloadRequest, replica: int) -> None:
-        parsed = parse_workload(wr)
+        parsed = parse_workload(wr, seeded=cfg.seeded_bodies)
         feats = parsed.features
         pair = PairView(
             mons[Route.SPEC].view(own[replica, Route.SPEC]),

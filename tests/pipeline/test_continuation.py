@@ -28,6 +28,9 @@ def test_a_plain_streamed_chat_or_completion_may_move() -> None:
     assert movable(chat(temperature=0.7, top_p=0.9, stop=["\n\n"], logprobs=False), CHAT)
     assert movable({"model": "m", "prompt": "def f(", "stream": True}, COMPLETIONS)
     assert movable({"model": "m", "prompt": ["def f("], "stream": True}, COMPLETIONS)
+    # greedy decoding ignores a seed: the continuation is exact with it or without
+    assert movable(chat(temperature=0, seed=7), CHAT)
+    assert movable(chat(temperature=0.0, seed=7), CHAT)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +38,9 @@ def test_a_plain_streamed_chat_or_completion_may_move() -> None:
     [
         {"stream": False},
         {"n": 2},
-        {"seed": 0},
+        {"seed": 0},  # a sampled request (the engine's default temperature) with a seed
+        {"seed": 7, "temperature": 0.7},
+        {"seed": 7, "temperature": "0"},
         {"logprobs": True},
         {"top_logprobs": 3},
         {"tools": [{"type": "function", "function": {"name": "f"}}]},

@@ -139,3 +139,15 @@ def test_moving_streams_at_a_flip_removes_the_drain() -> None:
     # a static policy never flips: nothing moves
     static = simulate(SimConfig(qps=1, phases=phases, seed=1, policy="always-spec"))
     assert not any(r.migrated for r in static.records)
+
+
+def test_seeded_bodies_move_only_greedy_streams() -> None:
+    """With each request's seed in its body (as the scenario bench sends them) a sampled
+    stream is one reproducible draw and stays where it is; a greedy one moves as before."""
+    phases = (Phase(60, 4, 4, None, "0"), Phase(60, 4, 4, None, "uniform:0.5:1"), Phase(60, 4, 4, None, "0"))
+    plain = simulate(SimConfig(qps=1, phases=phases, seed=1))
+    seeded = simulate(SimConfig(qps=1, phases=phases, seed=1, seeded_bodies=True))
+    assert any(r.migrated and r.temperature > 0 for r in plain.records)
+    moved = [r for r in seeded.records if r.migrated]
+    assert moved and all(r.temperature == 0 for r in moved)
+    assert all(r.finished_at is not None for r in seeded.records)

@@ -32,8 +32,9 @@ engine running joins it, and the mode follows what the device runs.
 
 Gateway replicas in front of the same pair agree through the engines: what the scrapes
 show beyond a replica's own requests is the others' regime (:mod:`.shared`). On such a
-shared pair requests follow the regime, not the request, spec needs an extra premium, and
-a replica speculating while the others stay on plain comes back.
+shared pair requests follow the regime, not the request, spec needs an extra premium, a
+replica speculating while the others stay on plain comes back, and one in fallback while
+the others all run spec follows them.
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
 GPU both steps then run in every cycle, which is slower for everybody than either
@@ -54,7 +55,7 @@ from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
 from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
-from gateway.routing.adaptive.shared import SHARED_PREMIUM, DeviceView, SharedPair
+from gateway.routing.adaptive.shared import LEAD_HOLD_DURATIONS, SHARED_PREMIUM, DeviceView, SharedPair
 from gateway.routing.config import RoutingConfig
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -187,6 +188,14 @@ class AdaptivePolicy:
         ):
             self.mode.follow(False)
             speculating = False
+        elif (
+            shared
+            and not speculating
+            and self.shared.others_speculate(device)
+            and now - self.mode.last_flip > LEAD_HOLD_DURATIONS * self._duration_s
+        ):
+            self.mode.follow(True)  # the others lead to spec: follow (adaptive.shared)
+            speculating = True
         quiet = self._quiet_pair(in_flight) and not shared
         queued = (spec.stats.waiting or 0.0) > 0
         exploring = not quiet and not shared and self._explore(now, speculating=speculating, queued=queued)

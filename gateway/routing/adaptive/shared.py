@@ -19,6 +19,13 @@ replicas meet on, and speculation must be decisive:
 - a replica speculating while others still run plain gives up after one request
   duration (the others' own flips, and its old engine's drain, take about that), and does
   not try again for a back-off that doubles with each failed try (10 s up to 160 s);
+- a replica in fallback while the others run spec and nobody else plain follows them
+  (its streams move as at any flip), so one replica's decisive flip to spec carries the
+  others within a scrape; unless it left spec on its own evidence within the last
+  ``LEAD_HOLD_DURATIONS`` request durations (then the others' grace brings them to plain,
+  and the two do not chase each other). With more than one other replica a lone leader
+  rarely finds nobody else on plain: there the premium, and every replica's own evidence,
+  still decide;
 - requests are routed by the regime, not one by one: choosing per request needs to know
   what the device runs right now, which a shared pair shows only through scrapes up to a
   second old.
@@ -38,6 +45,9 @@ _OWN_HORIZON_S = 30.0  # own in-flight counts kept this long (older scrapes are 
 _SHARED_HOLD_S = 60.0  # a pair where others' requests were seen counts as shared this long
 _GRACE_DURATIONS = 1.0  # how long a replica speculating alone waits for the others
 _BACKOFF_S = (10.0, 160.0)  # back-off after a failed try at spec: first, longest
+# A replica that left spec on its own evidence does not follow the others back to it for
+# this many request durations: their own evidence, or their grace, takes them to plain.
+LEAD_HOLD_DURATIONS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,12 @@ class SharedPair:
         own.append((now, spec.inflight + (route is Route.SPEC), base.inflight + (route is Route.BASE)))
         while own and own[0][0] < now - _OWN_HORIZON_S:
             own.popleft()
+
+    @staticmethod
+    def others_speculate(device: DeviceView) -> bool:
+        """Whether the others run spec and nobody else plain: a replica in fallback then
+        follows them (a split costs every request both engines' steps)."""
+        return device.foreign_spec >= 1.0 and device.foreign_base < 1.0
 
     def back_to_plain(self, device: DeviceView, *, speculating: bool, duration_s: float, now: float) -> bool:
         """Whether a speculating replica gives up on spec: others have run plain for longer

@@ -654,3 +654,32 @@ def test_an_evidence_flip_names_the_engine_to_move_from(move_on_flip: bool) -> N
         assert all(d.route is Route.BASE or d.probe for d in decisions[flip:])
     else:
         assert moves == []
+
+
+def test_a_replica_in_fallback_follows_the_others_to_spec_unless_it_just_left_it() -> None:
+    """On a pair shared with other replicas, the others running spec and nobody else plain
+    is a regime this replica joins: a split would make every request wait for both
+    engines' steps. A replica that has just left spec on its own evidence holds plain
+    instead (the others' grace brings them to plain), so the two never chase each other."""
+    p = policy()
+    # others' requests on spec only (the scrape shows 3 running, none of them this replica's)
+    others_on_spec = view(
+        with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=0.0, at=9.9)
+    )
+    p.decide(CHAT_HOT, others_on_spec, 9.0)
+    p.mode.speculating = False  # in fallback, since long ago
+    d = p.decide(CHAT_HOT, others_on_spec, 10.0)
+    assert p.shared.shared(10.0) and p.mode.speculating
+    assert d.route is Route.SPEC and d.move_from is Route.BASE  # its own plain streams move too
+    # a replica that left spec a moment ago on its own evidence stays on plain
+    q = policy()
+    q.decide(CHAT_HOT, others_on_spec, 9.0)
+    q.mode.speculating, q.mode.last_flip = False, 9.5
+    d = q.decide(CHAT_HOT, others_on_spec, 10.0)
+    assert not q.mode.speculating and d.route is Route.BASE
+    # and nobody follows into a split: others on both engines leave it where it is
+    r = policy()
+    split = view(with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=2.0, at=9.9))
+    r.decide(CHAT_HOT, split, 9.0)
+    r.mode.speculating = False
+    assert r.decide(CHAT_HOT, split, 10.0).route is Route.BASE and not r.mode.speculating

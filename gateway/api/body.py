@@ -41,9 +41,14 @@ _OFF_LOOP_BYTES = 256 * 1024
 _LARGE_PARSES = asyncio.Semaphore(2)
 
 
+def _codings(header: str | None) -> list[str]:
+    """The codings a ``Content-Encoding`` header lists, in the order they were applied
+    (identity left out)."""
+    return [c for c in (x.strip().lower() for x in (header or "").split(",")) if c not in _IDENTITY]
+
+
 def check_content_encoding(header: str | None) -> None:
-    codings = [c.strip().lower() for c in (header or "").split(",")]
-    bad = [c for c in codings if c not in ALLOWED_ENCODINGS]
+    bad = [c for c in _codings(header) if c not in ALLOWED_ENCODINGS]
     if bad:
         raise ApiError(
             415,
@@ -118,15 +123,14 @@ def _unbrotli(raw: bytes, limit: int) -> bytes:
 def decode_body(raw: bytes, header: str | None, limit: int) -> bytes:
     """The body with its ``Content-Encoding`` undone (the last coding applied first
     undone), refused at ``limit`` bytes of output: a 413, a 400 if it does not decode."""
-    codings = [c.strip().lower() for c in (header or "").split(",")]
-    for coding in reversed([c for c in codings if c not in _IDENTITY]):
+    for coding in reversed(_codings(header)):
         raw = _unbrotli(raw, limit) if coding == "br" else _inflate(raw, coding, limit)
     return raw
 
 
 async def decoded(raw: bytes, header: str | None, limit: int) -> bytes:
     """:func:`decode_body` in a worker thread (two at a time) when there is anything to undo."""
-    if all(c.strip().lower() in _IDENTITY for c in (header or "").split(",")):
+    if not _codings(header):
         return raw
     async with _LARGE_PARSES:
         return await asyncio.to_thread(decode_body, raw, header, limit)

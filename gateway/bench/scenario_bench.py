@@ -149,8 +149,7 @@ async def send_all(
             if delay > 0:
                 await asyncio.sleep(delay)
             rec = RequestRecord(0.0, wr.kind, wr.subkind, wr.temperature, False)
-            fields = {**(extra or {}), **({"seed": wr.seed} if wr.seed is not None else {})}
-            body = to_openai_body(wr, model, extra=fields or None)
+            body = to_openai_body(wr, model, seeded=True, extra=extra)
             task = asyncio.create_task(stream_chat(session, urls[i % len(urls)], body, rec, t_origin, scale))
             sent.append((t, rec, task))
         tasks = [task for _, _, task in sent]

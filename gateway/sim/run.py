@@ -174,8 +174,7 @@ def phase_summaries(result: SimResult) -> list[dict[str, float | int | str]]:
 def parse_workload(wr: WorkloadRequest, *, seeded: bool = False) -> ParsedRequest:
     """A workload request as the gateway would see it: its chat body (with its seed when
     ``seeded``) through the shared pipeline."""
-    extra = {"seed": wr.seed} if seeded and wr.seed is not None else None
-    return parse_request(to_openai_body(wr, MODEL, extra=extra), CHAT, None, allow_override=False)
+    return parse_request(to_openai_body(wr, MODEL, seeded=seeded), CHAT, None, allow_override=False)
 
 
 def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:

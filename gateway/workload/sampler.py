@@ -231,9 +231,11 @@ def to_openai_body(
     *,
     stream: bool = True,
     include_usage: bool = True,
+    seeded: bool = False,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``/v1/chat/completions`` JSON body of a request."""
+    """The ``/v1/chat/completions`` JSON body of a request (``seeded``: with its seed, so a
+    sampled answer is one reproducible draw)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [dict(m) for m in req.messages],
@@ -243,6 +245,8 @@ def to_openai_body(
     }
     if stream and include_usage:
         body["stream_options"] = {"include_usage": True}
+    if seeded and req.seed is not None:
+        body["seed"] = req.seed
     if extra:
         body.update(extra)
     return body

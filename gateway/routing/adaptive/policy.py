@@ -55,7 +55,7 @@ from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
 from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
-from gateway.routing.adaptive.shared import LEAD_HOLD_DURATIONS, SHARED_PREMIUM, DeviceView, SharedPair
+from gateway.routing.adaptive.shared import SHARED_PREMIUM, DeviceView, SharedPair
 from gateway.routing.config import RoutingConfig
 from gateway.routing.overlap import KINDS
 from gateway.routing.rules import apply_hard_rules, decide_route
@@ -188,11 +188,12 @@ class AdaptivePolicy:
         ):
             self.mode.follow(False)
             speculating = False
-        elif (
-            shared
-            and not speculating
-            and self.shared.others_speculate(device)
-            and now - self.mode.last_flip > LEAD_HOLD_DURATIONS * self._duration_s
+        elif shared and self.shared.join_spec(
+            device,
+            speculating=speculating,
+            last_flip=self.mode.last_flip,
+            duration_s=self._duration_s,
+            now=now,
         ):
             self.mode.follow(True)  # the others lead to spec: follow (adaptive.shared)
             speculating = True

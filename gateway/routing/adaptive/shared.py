@@ -22,7 +22,7 @@ replicas meet on, and speculation must be decisive:
 - a replica in fallback while the others run spec and nobody else plain follows them
   (its streams move as at any flip), so one replica's decisive flip to spec carries the
   others within a scrape; unless it left spec on its own evidence within the last
-  ``LEAD_HOLD_DURATIONS`` request durations (then the others' grace brings them to plain,
+  ``_LEAD_HOLD_DURATIONS`` request durations (then the others' grace brings them to plain,
   and the two do not chase each other). With more than one other replica a lone leader
   rarely finds nobody else on plain: there the premium, and every replica's own evidence,
   still decide;
@@ -47,7 +47,7 @@ _GRACE_DURATIONS = 1.0  # how long a replica speculating alone waits for the oth
 _BACKOFF_S = (10.0, 160.0)  # back-off after a failed try at spec: first, longest
 # A replica that left spec on its own evidence does not follow the others back to it for
 # this many request durations: their own evidence, or their grace, takes them to plain.
-LEAD_HOLD_DURATIONS = 3.0
+_LEAD_HOLD_DURATIONS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +94,18 @@ class SharedPair:
             own.popleft()
 
     @staticmethod
-    def others_speculate(device: DeviceView) -> bool:
-        """Whether the others run spec and nobody else plain: a replica in fallback then
-        follows them (a split costs every request both engines' steps)."""
-        return device.foreign_spec >= 1.0 and device.foreign_base < 1.0
+    def join_spec(
+        device: DeviceView, *, speculating: bool, last_flip: float, duration_s: float, now: float
+    ) -> bool:
+        """Whether a replica in fallback follows the others to spec: they run spec and
+        nobody else plain (a split costs every request both engines' steps), and its own
+        last flip is older than the hold (module doc)."""
+        return (
+            not speculating
+            and device.foreign_spec >= 1.0
+            and device.foreign_base < 1.0
+            and now - last_flip > _LEAD_HOLD_DURATIONS * duration_s
+        )
 
     def back_to_plain(self, device: DeviceView, *, speculating: bool, duration_s: float, now: float) -> bool:
         """Whether a speculating replica gives up on spec: others have run plain for longer

@@ -77,6 +77,14 @@ class RoutingConfig(BaseModel):
     mix_min_requests: int = Field(
         8, ge=1, le=128, description="...but at least this many of the most recent requests"
     )
+    mix_change_z: float = Field(
+        4.0,
+        ge=0.0,
+        le=100.0,
+        description="a change of traffic ends the mix window: when its newest requests (at least 3) "
+        "price this many standard errors apart from the older ones, the older ones are dropped, so a "
+        "shift is priced on the new traffic alone (0: off)",
+    )
     probe_share: float = Field(
         0.01, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"
     )

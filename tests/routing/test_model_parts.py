@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from gateway.physics import get_profile
 from gateway.routing.acceptance import KindLearner, ngram_prior, tokens_per_step
 from gateway.routing.adaptive.costmodel import regime_costs
-from gateway.routing.adaptive.mix import MixEntry, TrafficMix
+from gateway.routing.adaptive.mix import MixEntry, TrafficMix, change_point
 from gateway.routing.adaptive.modes import ModeTracker, Prober
 from gateway.routing.steptime import TableStepModel, get_step_model
 
@@ -185,6 +186,36 @@ def test_the_mix_is_priced_with_what_is_known_now() -> None:
     halved = mix.priced(price, 0.5, knowledge=1)  # live ratio: E = 1 + (E - 1) · 0.5
     assert halved.mean_inverse_tokens_per_step == pytest.approx(1 / 1.1)
     assert TrafficMix(10.0, 4).priced(price, 1.0, 0).mean_verified is None
+
+
+def test_a_change_of_traffic_ends_the_mix_window() -> None:
+    """Copy-heavy edits (1/E ~0.3-0.45) give way to open chat (1/E = 1): three chats end
+    the window, so the shift is priced on the chat alone, not on a window mean that
+    crosses break-even only once most of it is chat."""
+    edits = [0.30, 0.42, 0.36, 0.45, 0.33, 0.40, 0.38, 0.35, 0.41, 0.32]
+    assert change_point([*edits, 1.0, 1.0, 1.0], 4.0) == len(edits)
+    assert change_point([*edits, 1.0, 1.0], 4.0) == 0  # two are not enough
+    assert change_point(edits[:5], 4.0) == 0  # nor a window too short to split
+    assert change_point([*edits, 1.0, 1.0, 1.0], 0.0) > 0  # any split beats z = 0
+
+    mix = TrafficMix(window_s=60.0, min_requests=4, change_z=4.0)
+    for i, x in enumerate([*edits, 1.0, 1.0, 1.0]):
+        mix.add(MixEntry(float(i), ("edit", 0), prior_tokens_per_step=1.0 / x, prior_verified=1.0))
+    price = mix.priced(lambda m: (m.prior_tokens_per_step, m.prior_verified), 1.0, knowledge=0)
+    assert price.mean_inverse_tokens_per_step == pytest.approx(1.0) and len(mix) == 3
+
+
+def test_mixed_traffic_keeps_its_whole_window() -> None:
+    """Stationary mixed traffic: three alike in a row (same class, same price) are chance,
+    judged by the spread of the whole window, not by their own (none)."""
+    rng = random.Random(7)
+    xs = [1.0 if rng.random() < 0.4 else rng.uniform(0.3, 0.5) for _ in range(40)]
+    assert change_point([*xs, 1.0, 1.0, 1.0], 4.0) == 0
+    cuts = 0
+    for _ in range(200):  # windows of 16 from a long stationary stream
+        window = [1.0 if rng.random() < 0.4 else rng.uniform(0.3, 0.5) for _ in range(16)]
+        cuts += change_point(window, 4.0) > 0
+    assert cuts <= 10  # rare (~2 %), not never: an unlucky run of one class reads as a change
 
 
 def test_prober_share_and_interval() -> None:

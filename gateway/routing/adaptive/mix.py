@@ -10,6 +10,13 @@ what was believed of it on arrival: the mix is priced with what the policy knows
 (:meth:`TrafficMix.priced`). When traffic moves to a temperature or class never seen
 before, the first answers correct the estimate of every request of that class still in
 the window, instead of the stale guess lingering for a whole window.
+
+A change of traffic ends the window (:func:`change_point`): when its newest requests price
+apart from the older ones by more than chance explains, the older ones are dropped. A
+window mean needs most of its requests to be new before it crosses break-even (a window
+of copy-heavy edits turning into open chat crosses at ~80 % chat), which made detection
+as slow as the window; stationary mixed traffic keeps its whole window, since its older
+requests vary as much as the newest.
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 MAX_REQUESTS = 128
+CHANGE_MIN = 3  # requests each side of a change point needs
+# the price spread assumed at the least (1/E units): same-class requests price alike, and
+# a segment of one class must not make any difference look significant
+_SD_FLOOR = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,7 @@ class MixPrice:
 class TrafficMix:
     window_s: float
     min_requests: int
+    change_z: float = 0.0  # standard errors apart that end the window (0: never)
     entries: deque[MixEntry] = field(default_factory=deque)
     _version: int = 0
     _cache: tuple[int, Hashable, MixPrice] | None = None
@@ -71,16 +83,51 @@ class TrafficMix:
         if not self.entries:
             out = MixPrice(1.0, None)
         else:
-            inv = sq = verified = 0.0
+            xs: list[float] = []
+            qs: list[float] = []
             for m in self.entries:
                 e, q = price(m)
-                x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
-                inv += x
-                sq += x * x
-                verified += q
-            n = len(self.entries)
+                xs.append(1.0 / (1.0 + (e - 1.0) * live_ratio))
+                qs.append(q)
+            cut = change_point(xs, self.change_z) if self.change_z > 0 else 0
+            if cut:  # the traffic changed: the window starts at its change
+                for _ in range(cut):
+                    self.entries.popleft()
+                del xs[:cut], qs[:cut]
+                self._version += 1
+            inv, sq, verified = sum(xs), sum(x * x for x in xs), sum(qs)
+            n = len(xs)
             mean = inv / n
             var = max(0.0, sq / n - mean * mean) * n / (n - 1) if n > 1 else 0.0
             out = MixPrice(mean, verified / n, math.sqrt(var / n))
         self._cache = (self._version, (live_ratio, knowledge), out)
         return out
+
+
+def change_point(xs: list[float], z: float) -> int:
+    """Where the newest prices part from the older ones: the index of the first newest
+    entry of the most significant split (0: none), each side at least ``CHANGE_MIN``.
+
+    A split is significant when the two sides' means differ by more than ``z`` standard
+    errors, with the spread pooled from both sides (at least ``_SD_FLOOR``): with no change,
+    both sides are samples of one traffic, and three requests of one class in a row, which
+    price alike, say nothing about its spread."""
+    n = len(xs)
+    if n < 2 * CHANGE_MIN:
+        return 0
+    pre = [0.0]
+    pre2 = [0.0]
+    for x in xs:
+        pre.append(pre[-1] + x)
+        pre2.append(pre2[-1] + x * x)
+    best, at = z, 0
+    floor = _SD_FLOOR * _SD_FLOOR
+    for i in range(CHANGE_MIN, n - CHANGE_MIN + 1):
+        a, b = i, n - i
+        ma, mb = pre[i] / a, (pre[n] - pre[i]) / b
+        ss = pre2[i] - a * ma * ma + (pre2[n] - pre2[i]) - b * mb * mb
+        var = max(floor, ss / (n - 2))
+        t = abs(ma - mb) / math.sqrt(var * (1.0 / a + 1.0 / b))
+        if t > best:
+            best, at = t, i
+    return at

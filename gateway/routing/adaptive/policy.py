@@ -8,10 +8,11 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    (:class:`~gateway.routing.acceptance.KindLearner`), scaled by the ratio of the spec
    engine's live windowed acceptance to what the router expected of the traffic it sent;
 2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
-   step), the pair's whole load, and step times of both engines from the calibration
-   profile, scaled per load by their measured step time ÷ the profile's, the part common
-   to both engines (the device) read from either (:mod:`.stepscale`); an engine only
-   assumed so is explored once (:meth:`AdaptivePolicy._explore`);
+   step; a change of traffic ends the window, :mod:`.mix`), the pair's whole load, and
+   step times of both engines from the calibration profile, scaled per load by their
+   measured step time ÷ the profile's, the part common to both engines (the device) read
+   from either (:mod:`.stepscale`); an engine only assumed so is explored once
+   (:meth:`AdaptivePolicy._explore`);
 3. both engines on one device timeline (:mod:`gateway.routing.adaptive.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
    counts what each request costs the others (they share the batch and the device),
@@ -118,7 +119,7 @@ class AdaptivePolicy:
         self.method = "ngram"
         self.k = DEFAULT_K
         # Recent eligible traffic (what the regimes are priced on).
-        self.mix = TrafficMix(self.cfg.mix_window_s, self.cfg.mix_min_requests)
+        self.mix = TrafficMix(self.cfg.mix_window_s, self.cfg.mix_min_requests, self.cfg.mix_change_z)
         self.live = LiveCorrections(
             half_life_s=self.cfg.live_half_life_s,
             unknown_half_life_s=_UNKNOWN_DECAY_S,
@@ -148,6 +149,9 @@ class AdaptivePolicy:
         self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
+        # A change point needs the traffic: a replica on a shared pair sees a share of it,
+        # and a cut on a few of its own requests would take it away from the others' regime.
+        self.mix.change_z = 0.0 if self.shared.shared(now) else self.cfg.mix_change_z
         self.live.refresh(
             pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s, self.context.mean()
         )

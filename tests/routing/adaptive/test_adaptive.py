@@ -683,3 +683,24 @@ def test_a_replica_in_fallback_follows_the_others_to_spec_unless_it_just_left_it
     r.decide(CHAT_HOT, split, 9.0)
     r.mode.speculating = False
     assert r.decide(CHAT_HOT, split, 10.0).route is Route.BASE and not r.mode.speculating
+
+
+def test_a_change_of_traffic_flips_within_a_few_of_its_requests() -> None:
+    """Copy-heavy edits at T=0 give way to open chat at T=1 on a busy pair: the change of
+    traffic ends the mix window, so the mode follows within a few chat requests, where a
+    window mean waits until most of the window is chat."""
+
+    def requests_to_fallback(change_z: float) -> int:
+        p = policy(mix_change_z=change_z)
+        busy = view(with_(SPEC, inflight=6, tokens_per_step=2.5))
+        t = warm(p, (EDIT,), busy, interval=0.5)
+        assert p.mode.speculating
+        for n in range(1, 40):
+            if p.decide(CHAT_HOT, busy, t).route is Route.BASE:
+                return n
+            t = round(t + 0.5, 6)
+        return 40
+
+    # the third chat request ends the window; the evidence then takes ~3 s (9 vs 15)
+    quick, slow = requests_to_fallback(4.0), requests_to_fallback(0.0)
+    assert quick <= 10 and slow - quick >= 5

@@ -50,6 +50,15 @@ class RoutingConfig(BaseModel):
         "flip costs a drain of about one request's decoding; decisive changes flip in seconds, a "
         "prediction hovering near break-even never does",
     )
+    persist_s: float = Field(
+        30.0,
+        ge=0.0,
+        le=86400.0,
+        description="in fallback, a predicted speed-up that stays above 1 + margin for this many "
+        "seconds on balance (seconds above less seconds below), inside the band, flips to spec too: "
+        "the band keeps noise from flapping the pair, not a steady edge from being taken; on spec the "
+        "measured latency then decides whether it stays (0: off)",
+    )
     move_on_flip: bool = Field(
         True,
         description="at a regime flip, move the streams still running on the old engine to the new one: "

@@ -118,6 +118,29 @@ def test_mode_evidence_decays_while_the_prediction_is_back_on_its_side() -> None
     assert m.flips == 1 and m.against == 0.0
 
 
+def test_a_steady_edge_inside_the_band_is_taken_after_persist_s() -> None:
+    """In fallback, a prediction that stays above 1 + margin but inside the band (spec a
+    steady few per cent faster) flips to spec after persist_s seconds above on balance;
+    one that wanders around the margin does not, and on spec the band's lower edge keeps
+    it there while the edge holds."""
+    m = ModeTracker(margin=0.05, band=0.05, evidence=0.5, persist_s=30.0)
+    m.update(0.9, 0.0)
+    assert not m.speculating
+    for i in range(1, 600):  # ten minutes alternating 1.02 / 1.08: on balance zero
+        m.update(1.02 if i % 2 else 1.08, float(i))
+    assert not m.speculating and m.flips == 0 and m.above_s <= 1.0
+    t = 600.0
+    while not m.update(1.08, t):  # steady 1.08: above 1.05, under the upper edge 1.1
+        t += 1.0
+    assert t - 600.0 == pytest.approx(31.0, abs=1.0) and m.against == 0.0
+    for i in range(1, 300):  # on spec, 1.08 is inside the band: it stays
+        m.update(1.08, t + i)
+    assert m.speculating and m.flips == 1
+    never = ModeTracker(margin=0.05, band=0.05, evidence=0.5)  # persist_s 0: the band holds
+    never.update(0.9, 0.0)
+    assert not any(never.update(1.08, float(i)) for i in range(1, 600))
+
+
 def test_a_flip_waits_for_a_cheap_moment_but_not_forever() -> None:
     """Evidence enough to flip while the old engine runs a burst: the flip waits (its drain
     would slow more requests than usual), up to twice the evidence."""

@@ -9,7 +9,12 @@ while the prediction is on the mode's side). One mechanism gives both behaviours
 router needs: a decisive change (copy-heavy edits giving way to open chat, predicted
 speed-up 1.8 → 0.9) flips within seconds, while a prediction that hovers near the
 break-even point, where the model's own error is as large as the difference, never
-accumulates enough to flip, so noise does not make the pair flap. Each flip costs a drain
+accumulates enough to flip, so noise does not make the pair flap. The band would also
+hold the pair in fallback while spec is steadily a few per cent faster (a prediction of
+1.06 under an upper edge of 1.07 or more): in fallback, a prediction above ``1 + margin``
+for ``persist_s`` seconds on balance (seconds above less seconds below) flips it too; on
+spec the band's lower edge keeps it there while the edge holds, and the measured latency
+decides. Each flip costs a drain
 (both engines step while the old one empties), which is what ``evidence`` buys.
 
 While in fallback, the spec engine sees none of the traffic, so nothing measures whether
@@ -37,6 +42,10 @@ class ModeTracker:
     premium: float = 0.0  # extra speed-up speculation must clear, beyond margin and band
     # the latest prediction's own sampling error: the band widens by it on both sides
     noise: float = 0.0
+    # In fallback, a prediction that stays above 1 + margin (+ premium), inside the band,
+    # for this long on balance flips the mode too (0: never): see :meth:`update`.
+    persist_s: float = 0.0
+    above_s: float = 0.0  # seconds above that edge, less seconds below it (at least 0)
 
     @property
     def lower(self) -> float:
@@ -70,13 +79,18 @@ class ModeTracker:
         dt = max(0.0, now - self.last_update)
         excess = self.lower - self.last if self.speculating else self.last - self.upper
         self.against = max(0.0, self.against + excess * dt)
+        if not self.speculating:
+            above = self.last > 1.0 + self.margin + self.premium
+            self.above_s = max(0.0, self.above_s + (dt if above else -dt))
         self.last, self.last_update, self.noise = speedup, now, noise
         need = self.evidence if evidence is None else evidence
-        if self.against >= need and (cheap or self.against >= 2.0 * need):
+        persisted = 0.0 < self.persist_s <= self.above_s
+        if (self.against >= need or persisted) and (cheap or self.against >= 2.0 * need or persisted):
             self.speculating = not self.speculating
             self.last_flip = now
             self.flips += 1
             self.against = 0.0
+            self.above_s = 0.0
         return self.speculating
 
     def follow(self, speculating: bool) -> None:
@@ -85,6 +99,7 @@ class ModeTracker:
         if speculating != self.speculating:
             self.speculating = speculating
             self.against = 0.0
+            self.above_s = 0.0
 
 
 @dataclass

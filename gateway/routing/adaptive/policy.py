@@ -112,7 +112,9 @@ class AdaptivePolicy:
         self.learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
         # Per class, learned draft tokens per step (n-gram drafts only on a match).
         self.draft_learner = KindLearner(KINDS, half_life_s=self.cfg.learn_half_life_s)
-        self.mode = ModeTracker(self.cfg.margin, self.cfg.hysteresis, self.cfg.switch_evidence)
+        self.mode = ModeTracker(
+            self.cfg.margin, self.cfg.hysteresis, self.cfg.switch_evidence, persist_s=self.cfg.persist_s
+        )
         self.prober = Prober(self.cfg.probe_share, self.cfg.probe_interval_s)
         self.recent: deque[dict[str, object]] = deque(maxlen=max(1, self.cfg.recent_decisions))
         self.reasons: Counter[str] = Counter()

@@ -220,6 +220,10 @@ def test_a_change_of_traffic_ends_the_mix_window() -> None:
     assert change_point([*edits, 1.0, 1.0], 4.0) == 0  # two are not enough
     assert change_point(edits[:5], 4.0) == 0  # nor a window too short to split
     assert change_point([*edits, 1.0, 1.0, 1.0], 0.0) > 0  # any split beats z = 0
+    # a change shows first in the newest requests: the newest side is at most a third of
+    # the window, and a split deep in it (12 of 16 new) is left to the window mean
+    assert change_point([0.4] * 4 + [1.0] * 12, 4.0) == 0
+    assert change_point([0.4] * 12 + [1.0] * 4, 4.0) == 12
 
     mix = TrafficMix(window_s=60.0, min_requests=4, change_z=4.0)
     for i, x in enumerate([*edits, 1.0, 1.0, 1.0]):

@@ -31,6 +31,10 @@ CHANGE_MIN = 3  # requests each side of a change point needs
 # the price spread assumed at the least (1/E units): same-class requests price alike, and
 # a segment of one class must not make any difference look significant
 _SD_FLOOR = 0.1
+# A change shows first in the newest requests: the newest side of a split is at most a
+# third of the window (or CHANGE_MIN). A split deep in the window is one the test would
+# have seen earlier were it a change; in stationary traffic it is a run of chance.
+_NEW_SHARE = 1.0 / 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,8 @@ class TrafficMix:
 
 def change_point(xs: list[float], z: float) -> int:
     """Where the newest prices part from the older ones: the index of the first newest
-    entry of the most significant split (0: none), each side at least ``CHANGE_MIN``.
+    entry of the most significant split (0: none), each side at least ``CHANGE_MIN`` and
+    the newest at most ``_NEW_SHARE`` of the window.
 
     A split is significant when the two sides' means differ by more than ``z`` standard
     errors, with the spread pooled from both sides (at least ``_SD_FLOOR``): with no change,
@@ -122,7 +127,8 @@ def change_point(xs: list[float], z: float) -> int:
         pre2.append(pre2[-1] + x * x)
     best, at = z, 0
     floor = _SD_FLOOR * _SD_FLOOR
-    for i in range(CHANGE_MIN, n - CHANGE_MIN + 1):
+    lo = max(CHANGE_MIN, n - max(CHANGE_MIN, int(n * _NEW_SHARE)))
+    for i in range(lo, n - CHANGE_MIN + 1):
         a, b = i, n - i
         ma, mb = pre[i] / a, (pre[n] - pre[i]) / b
         ss = pre2[i] - a * ma * ma + (pre2[n] - pre2[i]) - b * mb * mb

@@ -37,39 +37,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, Track, kernel, load_bin
 from gateway.routing.types import Route
 
 _MAX_LOG_RATIO = 1.0  # one request's log ratio is clipped to ±1
 _MIN_TOKENS = 16  # shorter answers give too noisy a time per token
-_BINS_PER_OCTAVE = 2
-# Kernel weight of a bin by its distance in bins (a Gaussian of one octave's width): the
-# neighbouring half-octave counts 0.88, an octave 0.61, two octaves 0.14.
-_KERNEL = (*(math.exp(-0.5 * (d / _BINS_PER_OCTAVE) ** 2) for d in range(12)), 0.0)
-
-
-@dataclass
-class _Track:
-    weight: float = 0.0  # Σ of the decayed weights of the measurements
-    total: float = 0.0  # Σ weight × log(measured / modelled)
-    at: float | None = None
-    samples: int = 0
-
-    def decay(self, now: float, tau_s: float) -> None:
-        if self.at is not None and now > self.at:
-            f = math.exp(-(now - self.at) / tau_s)
-            self.weight *= f
-            self.total *= f
-        self.at = now if self.at is None else max(self.at, now)
-
-
-def kernel(d: int) -> float:
-    """Weight of a load bin ``d`` bins away from the one read (one octave's Gaussian)."""
-    return _KERNEL[min(abs(d), len(_KERNEL) - 1)]
-
-
-def load_bin(load: float) -> int:
-    """The half-octave bin of a load (requests in flight, at least 1)."""
-    return round(math.log2(max(1.0, load)) * _BINS_PER_OCTAVE)
 
 
 @dataclass
@@ -82,7 +54,7 @@ class LatencyBias:
 
     tau_s: float = 30.0
     prior_weight: float = 10.0
-    tracks: dict[tuple[Route, int], _Track] = field(default_factory=dict)
+    tracks: dict[tuple[Route, int], Track] = field(default_factory=dict)
     samples: dict[Route, int] = field(default_factory=lambda: dict.fromkeys(Route, 0))
 
     def _near(self, route: Route, now: float, at: int | None) -> tuple[float, float]:
@@ -164,7 +136,7 @@ class LatencyBias:
         if tokens < _MIN_TOKENS or not (measured_s > 0 and predicted_s > 0):
             return False
         r = math.log(measured_s / predicted_s)
-        t = self.tracks.setdefault((route, load_bin(load)), _Track())
+        t = self.tracks.setdefault((route, load_bin(load)), Track())
         t.decay(now, self.tau_s)
         t.total += max(-_MAX_LOG_RATIO, min(_MAX_LOG_RATIO, r))
         t.weight += 1.0
@@ -182,8 +154,8 @@ class LatencyBias:
                 # per load bin with live weight: the load it starts at, its factor, its weight
                 "by_load": [
                     {
-                        "load": round(2.0 ** (b / _BINS_PER_OCTAVE), 1),
-                        "factor": round(self.factor(r, now, 2.0 ** (b / _BINS_PER_OCTAVE)), 4),
+                        "load": round(2.0 ** (b / BINS_PER_OCTAVE), 1),
+                        "factor": round(self.factor(r, now, 2.0 ** (b / BINS_PER_OCTAVE)), 4),
                         "weight": round(t.weight, 2),
                     }
                     for b, t in bins

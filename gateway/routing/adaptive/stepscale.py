@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gateway.routing.adaptive.calibration import _Track, kernel, load_bin
+from gateway.routing.adaptive.loadbins import Track, kernel, load_bin
 
 _MAX_LOG = math.log(20.0)  # a fit outside 1/20 .. 20 x the profile is clipped
 _KERNEL_FLOOR = 0.02  # a measurement far away in load still says something of the device
@@ -49,7 +49,7 @@ class StepScales:
     log(measured ÷ profile) step time; ``tau_s``: how long a fit is evidence."""
 
     tau_s: float = 300.0
-    tracks: dict[tuple[bool, int], _Track] = field(default_factory=dict)
+    tracks: dict[tuple[bool, int], Track] = field(default_factory=dict)
     fits: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
     _cache_key: tuple[float, int, int] | None = None
     _cache: dict[tuple[bool, int], float] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class StepScales:
         """One fit: the engine's measured step time was ``ratio`` x the profile's at ``load``."""
         if not ratio > 0 or not math.isfinite(ratio):
             return
-        t = self.tracks.setdefault((spec, load_bin(load)), _Track())
+        t = self.tracks.setdefault((spec, load_bin(load)), Track())
         t.decay(now, self.tau_s)
         t.total += max(-_MAX_LOG, min(_MAX_LOG, math.log(ratio)))
         t.weight += 1.0

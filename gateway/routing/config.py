@@ -90,9 +90,10 @@ class RoutingConfig(BaseModel):
         4.0,
         ge=0.0,
         le=100.0,
-        description="a change of traffic ends the mix window: when its newest requests (at least 3) "
-        "price this many standard errors apart from the older ones, the older ones are dropped, so a "
-        "shift is priced on the new traffic alone (0: off)",
+        description="a change of traffic ends the mix window: when its newest requests (at least 3, at "
+        "most a third of the window) price this many standard errors apart from the older ones, the older "
+        "ones are dropped, so a shift is priced on the new traffic alone; off on a pair shared with other "
+        "gateway replicas (0: off)",
     )
     probe_share: float = Field(
         0.01, ge=0.0, le=0.2, description="share of eligible traffic sent to spec as probes while in fallback"

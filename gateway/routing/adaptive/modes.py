@@ -85,7 +85,7 @@ class ModeTracker:
         self.last, self.last_update, self.noise = speedup, now, noise
         need = self.evidence if evidence is None else evidence
         persisted = 0.0 < self.persist_s <= self.above_s
-        if (self.against >= need or persisted) and (cheap or self.against >= 2.0 * need or persisted):
+        if persisted or (self.against >= need and (cheap or self.against >= 2.0 * need)):
             self.speculating = not self.speculating
             self.last_flip = now
             self.flips += 1

@@ -57,6 +57,12 @@ class Reason(StrEnum):
     MOVED = "moved"  # a regime flip moved it to the sibling while it waited for its first byte
 
 
+# Decisions the hard rules made (the policy priced nothing): not part of the traffic mix.
+HARD_RULE_REASONS = frozenset(
+    {Reason.REFUSED_PARAMS, Reason.FORCED, Reason.PINNED, Reason.SPEC_DOWN, Reason.BASE_DOWN}
+)
+
+
 class RouteOverride(StrEnum):
     """Values accepted in the ``x-specgate-route`` header and by ``POST /admin/route``."""
 

@@ -145,6 +145,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "both engines ran requests",
     )
     parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="join the replicas by the peer channel (routing.peers): each hears the others' requests, "
+        "outcomes and the leader's regime after --peer-lag-ms",
+    )
+    parser.add_argument(
+        "--peer-lag-ms", type=float, default=2.0, help="the peer channel's delivery delay (default 2 ms)"
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -194,6 +203,8 @@ def _sim_config(
         warmup_s=args.warmup,
         replicas=args.replicas or 1,
         replicas_reported=args.replicas is not None,
+        peers=args.peers,
+        peer_lag_s=args.peer_lag_ms / 1000.0,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
     )
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gateway.emulator.device import Device
@@ -13,9 +16,11 @@ from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.continuation import continuation_body, movable
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
 from gateway.pipeline.request import CHAT, ParsedRequest, parse_request
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.adaptive.live import engine_load
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import ALWAYS_SPEC, build_policy
-from gateway.routing.types import Decision, ModelView, PairView, Route
+from gateway.routing.types import HARD_RULE_REASONS, Decision, ModelView, PairView, Route
 from gateway.sim.agreement import Sample, agreement
 from gateway.sim.analysis import pct
 from gateway.sim.monitor import ItlObserver, SimMonitor
@@ -68,6 +73,11 @@ class SimConfig:
     # turn (client-side round robin); they share only what the engines show (scrapes).
     replicas: int = 1
     replicas_reported: bool = False  # whether summaries carry the replicas' agreement
+    # Replicas joined by a peer channel (``routing.peers``): each hears the others' requests
+    # in flight, decisions and outcomes this long after they happen, and follows the
+    # regime replica 0 (the leader) publishes. Off: they share only the engines' scrapes.
+    peers: bool = False
+    peer_lag_s: float = 0.002
     # Bodies carry each request's seed, as the scenario bench sends them (so that a sampled
     # answer is the same draw for every policy); the gateway then moves no sampled stream.
     seeded_bodies: bool = False
@@ -217,6 +227,56 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
     }
     # requests in flight per (replica, engine): what each replica's gateway counts itself
     own: dict[tuple[int, Route], int] = {(r, e): 0 for r in range(len(policies)) for e in Route}
+    # the peer channel: what replica r last heard of replica q's requests in flight, and
+    # messages on their way (delivery time, order, delivery)
+    n_rep = len(policies)
+    heard: dict[tuple[int, int, Route], int] = {}
+    mail: list[tuple[float, int, Callable[[], None]]] = []
+    order = itertools.count()
+    leader_said: list[tuple[bool, bool] | None] = [None]
+
+    def send(t: float, src: int, deliver: Callable[[int, float], None]) -> None:
+        """Every other replica gets ``deliver(replica, arrival time)`` after the lag."""
+        if not cfg.peers:
+            return
+        at = t + cfg.peer_lag_s
+        for r in range(n_rep):
+            if r != src:
+                item: tuple[float, int, Callable[[], None]] = (
+                    at,
+                    next(order),
+                    functools.partial(deliver, r, at),
+                )
+                heapq.heappush(mail, item)
+
+    def count(replica: int, route: Route, delta: int, t: float) -> None:
+        own[replica, route] += delta
+        n = own[replica, route]
+
+        def hear(r: int, _at: float) -> None:
+            heard[r, replica, route] = n
+
+        send(t, replica, hear)
+
+    def publish(t: float) -> None:
+        """The leader (replica 0) tells the others its regime when it changed."""
+        regime = _regime(policies[0])
+        if cfg.peers and regime is not None and regime != leader_said[0]:
+            leader_said[0] = regime
+
+            def follow(r: int, at: float) -> None:
+                p = policies[r]
+                if isinstance(p, AdaptivePolicy) and (old := p.follow_leader(regime[0], at, quiet=regime[1])):
+                    move(r, old, at)
+
+            send(t, 0, follow)
+
+    def inflight(replica: int, route: Route) -> int:
+        """The requests a replica counts on an engine: its own and, with peers, the others'
+        as last heard."""
+        others = sum(heard.get((replica, q, route), 0) for q in range(n_rep) if q != replica)
+        return own[replica, route] + others
+
     by_req: dict[int, tuple[RequestRecord, EngineRequest, ParsedRequest, Decision]] = {}
     records: list[RequestRecord] = []
 
@@ -252,7 +312,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             if n > 1 and req.finished_at is not None:
                 rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
         mon = mons[route]
-        own[rec.replica, route] -= 1
+        count(rec.replica, route, -1, now)
         mon.finished(rec.tpot_s)
         summary = req.spec_summary() if route is Route.SPEC else None
         reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
@@ -273,6 +333,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
         )
         policies[rec.replica].observe(outcome, now)
+        send(now, rec.replica, lambda r, at: policies[r].observe(outcome, at))
 
     def move(replica: int, old: Route, t: float) -> None:
         """A flip's move (``Decision.move_from``): this replica's streams on ``old`` that the
@@ -293,8 +354,8 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
                 continue
             events = device.migrate(mons[old].engine, mons[to].engine, req, t)
             by_req[key] = (rec, req, parsed, replace(d, route=to, predicted_tpot_s=None))
-            own[replica, old] -= 1
-            own[replica, to] += 1
+            count(replica, old, -1, t)
+            count(replica, to, 1, t)
             rec.migrated = True
             on_events(events)
 
@@ -302,11 +363,22 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         parsed = parse_workload(wr, seeded=cfg.seeded_bodies)
         feats = parsed.features
         pair = PairView(
-            mons[Route.SPEC].view(own[replica, Route.SPEC]),
-            mons[Route.BASE].view(own[replica, Route.BASE]),
+            mons[Route.SPEC].view(inflight(replica, Route.SPEC)),
+            mons[Route.BASE].view(inflight(replica, Route.BASE)),
             "gpu0",
         )
-        d = policies[replica].decide(feats, ModelView(MODEL, (pair,)), t)
+        policy = policies[replica]
+        d = policy.decide(feats, ModelView(MODEL, (pair,)), t)
+        if cfg.peers and d.reason not in HARD_RULE_REASONS:
+            loads = (engine_load(pair.spec), engine_load(pair.base))
+
+            def witness(r: int, at: float) -> None:
+                p = policies[r]
+                if isinstance(p, AdaptivePolicy) and (old := p.witness(feats, d.route, at, loads)):
+                    move(r, old, at)
+
+            send(t, replica, witness)
+        publish(t)
         if d.move_from is not None:
             move(replica, d.move_from, t)
         mon = mons[d.route]
@@ -327,7 +399,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed
         )
         by_req[id(req)] = (rec, req, parsed, d)
-        own[replica, d.route] += 1
+        count(replica, d.route, 1, t)
         on_events(device.submit(eng, req, t))
 
     samples: list[Sample] = []
@@ -340,10 +412,14 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         t_dev = math.inf if t_dev is None else t_dev
         if t_arr == math.inf and t_dev == math.inf:
             break
-        t = min(t_arr, t_dev, next_scrape, next_sample)
+        t_mail = mail[0][0] if mail else math.inf
+        t = min(t_arr, t_dev, next_scrape, next_sample, t_mail)
         if t > end:
             break
         on_events(device.run_until(t))
+        while mail and mail[0][0] <= t:
+            heapq.heappop(mail)[2]()
+            publish(t)
         if t >= next_sample:
             modes = tuple(_mode(p) for p in policies)
             samples.append(Sample(t, modes, (float(spec_eng.num_running), float(base_eng.num_running))))
@@ -356,6 +432,13 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
             route_one(t, work[i][1], i % len(policies))
             i += 1
     return SimResult(cfg, records, policies[0].snapshot(), device.t, samples)
+
+
+def _regime(policy: object) -> tuple[bool, bool] | None:
+    """What a leader publishes: (speculating, quiet)."""
+    if isinstance(policy, AdaptivePolicy):
+        return policy.mode.speculating, policy.quiet
+    return None
 
 
 def _mode(policy: object) -> str | None:

@@ -96,6 +96,9 @@ _EXPLORE_AFTER_FITS = 3
 _EXPLORE_OFF = 0.20
 _EXPLORE_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
 _EXPLORE_RETRY_S = 300.0
+# A peer heard from within this long (a witnessed request, a leader's regime) makes the
+# channel live: the pair is then priced on the whole cluster's traffic and requests.
+PEER_HOLD_S = 10.0
 
 
 class AdaptivePolicy:
@@ -138,6 +141,11 @@ class AdaptivePolicy:
         self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
         self.shared = SharedPair()  # other gateway replicas' requests on the same pair
         self._explore_until = -math.inf  # an exploration of the plain engine runs until then
+        # Peers (:mod:`.peers`): the regime the cluster's leader published (None: this
+        # replica decides it), and until when the peer channel counts as live.
+        self.leader_mode: bool | None = None
+        self.leader_quiet: bool | None = None  # ...and whether it finds the pair quiet
+        self._peered_until = -math.inf
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
@@ -153,7 +161,7 @@ class AdaptivePolicy:
             self.prober.last_probe = now
         # A change point needs the traffic: a replica on a shared pair sees a share of it,
         # and a cut on a few of its own requests would take it away from the others' regime.
-        self.mix.change_z = 0.0 if self.shared.shared(now) else self.cfg.mix_change_z
+        self.mix.change_z = 0.0 if self._shared(now) else self.cfg.mix_change_z
         self.live.refresh(
             pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s, self.context.mean()
         )
@@ -167,29 +175,19 @@ class AdaptivePolicy:
         self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
         in_flight = engine_load(spec) + engine_load(base)
         device = self.shared.view(spec, base, now)
-        shared = self.shared.shared(now)
+        shared = self._shared(now)
+        following = self.leader_mode is not None
         self.mode.premium = SHARED_PREMIUM if shared else 0.0
-        load = self.live.batch(in_flight + 1.0)
-        self.live.last_load = load
-        self._loads.append((now, load))
-        while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
-            self._loads.popleft()
-        costs = self._regime(load)
-        self._last_costs = costs
-        speedup = costs.speedup
-        # A flip leaves the old engine's requests running beside the new one's: flip when the
-        # old engine runs no more than arrivals usually find (not on a burst), which keeps
-        # the drain, and the requests it slows, to the usual.
-        old = spec if self.mode.speculating else base
-        cheap = engine_load(old) <= max(1.0, self._busy)
         was = self.mode.speculating
-        speculating = self.mode.update(
-            speedup, now, self.cfg.switch_evidence * self._drain_s(), cheap=cheap, noise=self._noise(costs)
-        )
+        costs, load = self._assess(engine_load(spec), engine_load(base), now, following=following)
+        speedup = costs.speedup
+        speculating = self.mode.speculating
         # a pair shared with other replicas: no try at spec during a back-off, and back to
         # plain when the others stay there (adaptive.shared)
         tried_early = speculating and not was and now < self.shared.blocked_until
-        if tried_early or self.shared.back_to_plain(
+        if self._peered(now):
+            pass  # the peers' channel shows the whole cluster's requests: nothing to infer
+        elif tried_early or self.shared.back_to_plain(
             device, speculating=speculating, duration_s=self._duration_s, now=now
         ):
             self.mode.follow(False)
@@ -203,9 +201,17 @@ class AdaptivePolicy:
         ):
             self.mode.follow(True)  # the others lead to spec: follow (adaptive.shared)
             speculating = True
-        quiet = self._quiet_pair(in_flight) and not shared
+        quiet = self._quiet_pair(in_flight)
+        if following and self.leader_quiet is not None:
+            quiet = self.leader_quiet  # one view of the load, or quiet and busy replicas split the pair
+        quiet = quiet and not shared
         queued = (spec.stats.waiting or 0.0) > 0
-        exploring = not quiet and not shared and self._explore(now, speculating=speculating, queued=queued)
+        exploring = (
+            not quiet
+            and not shared
+            and not following
+            and self._explore(now, speculating=speculating, queued=queued)
+        )
         if exploring:
             self.mode.follow(False)
             speculating = False
@@ -228,7 +234,8 @@ class AdaptivePolicy:
                 route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
                 reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
             self._routing = route
-            self.mode.follow(route is Route.SPEC)
+            if not following:  # a follower's mode is the leader's
+                self.mode.follow(route is Route.SPEC)
         elif self._handover(target, pair, now, moving=moving):
             route, reason = target.other, Reason.HANDOVER
         elif exploring:
@@ -241,7 +248,8 @@ class AdaptivePolicy:
                 else (Reason.PREDICTED_FASTER if speedup > threshold else Reason.HYSTERESIS)
             )
         elif (
-            self._probe_candidate(features, blended, device)
+            not following  # the leader probes for the cluster
+            and self._probe_candidate(features, blended, device)
             and self._recovery_would_flip(load)
             and self.prober.should_probe(now)
         ):
@@ -280,6 +288,98 @@ class AdaptivePolicy:
             move_from=target.other if moving else None,
         )
         return self._record(features, d, now, e)
+
+    def _assess(
+        self, spec_load: float, base_load: float, now: float, *, following: bool
+    ) -> tuple[RegimeCosts, float]:
+        """Price both regimes at the load a request found, and update the mode with the
+        predicted speed-up (unless the leader's regime is followed). Returns (costs, load)."""
+        load = self.live.batch(spec_load + base_load + 1.0)
+        self.live.last_load = load
+        self._loads.append((now, load))
+        while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
+            self._loads.popleft()
+        costs = self._regime(load)
+        self._last_costs = costs
+        if not following:
+            # A flip leaves the old engine's requests running beside the new one's: flip when
+            # the old engine runs no more than arrivals usually find (not on a burst), which
+            # keeps the drain, and the requests it slows, to the usual.
+            old = spec_load if self.mode.speculating else base_load
+            cheap = old <= max(1.0, self._busy)
+            evidence = self.cfg.switch_evidence * self._drain_s()
+            self.mode.update(costs.speedup, now, evidence, cheap=cheap, noise=self._noise(costs))
+        return costs, load
+
+    # -- peers (:mod:`.peers`) ------------------------------------------------------------
+    def _peered(self, now: float) -> bool:
+        """Whether a peer channel shows the other replicas' requests (lately heard)."""
+        return now < self._peered_until
+
+    def _shared(self, now: float) -> bool:
+        """Whether the pair is shared with replicas this one does not hear from: then the
+        engines' scrapes are the only evidence of them (:mod:`.shared`)."""
+        return self.shared.shared(now) and not self._peered(now)
+
+    def witness(
+        self,
+        features: RequestFeatures,
+        route: Route,
+        now: float,
+        loads: tuple[float, float] | None = None,
+    ) -> Route | None:
+        """A peer replica routed a request: it joins the traffic this replica prices (the
+        mix window) and, when sent to spec, what the spec engine's acceptance is compared
+        with; with ``loads`` (the requests it found on the spec and the plain engine) the
+        mode is updated at that load and the quiet-pair estimate counts it, as for this
+        replica's own arrivals. Its outcome comes through :meth:`observe`. Returns the route
+        whose streams move now, when the mode flipped (as ``Decision.move_from``)."""
+        self._peered_until = now + PEER_HOLD_S
+        kind = features.kind if features.kind in KINDS else "chat"
+        prior_e, p_draft = self._prior(features)
+        prior_q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
+        self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
+        if route is Route.SPEC:
+            blended, _ = self.learner.blend(kind, features.temperature, prior_e, now)
+            q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
+            self.live.track_expected(now, blended, p_draft, q)
+        if loads is None:
+            return None
+        was = self.mode.speculating
+        self._assess(*loads, now, following=self.leader_mode is not None)
+        self._quiet_pair(loads[0] + loads[1])
+        return self._flip_moves(was)
+
+    def follow_leader(
+        self, speculating: bool | None, now: float, *, quiet: bool | None = None
+    ) -> Route | None:
+        """The regime the cluster's leader published (None: no leader, this replica decides
+        alone), and whether it finds the pair quiet (requests then pick their engine one by
+        one, :meth:`_quiet_pair`). Returns the route whose streams move now when the regime
+        flipped (as ``Decision.move_from``): this replica's streams follow the leader's flip
+        at once, as one gateway's do its own."""
+        self.leader_quiet = quiet if speculating is not None else None
+        was = self.mode.speculating
+        if speculating is not None:
+            self._peered_until = now + PEER_HOLD_S
+            if speculating != self.mode.speculating:
+                self.mode.follow(speculating)
+                self.mode.last_flip = now
+        self.leader_mode = speculating
+        return self._flip_moves(was)
+
+    def _flip_moves(self, was: bool) -> Route | None:
+        """The route whose streams move after a flip outside this replica's decisions (a
+        peer's request, the leader's word): none on a quiet pair, whose requests pick their
+        engine one by one, or without ``move_on_flip``."""
+        quiet = (
+            self.leader_quiet
+            if self.leader_mode is not None and self.leader_quiet is not None
+            else self._quiet
+        )
+        if was == self.mode.speculating or quiet or not self.cfg.move_on_flip:
+            return None
+        return Route.SPEC if was else Route.BASE
 
     def _explore(self, now: float, *, speculating: bool, queued: bool) -> bool:
         """Whether the plain engine is being explored: measured once, because its step time
@@ -320,6 +420,11 @@ class AdaptivePolicy:
         for minutes, and evidence scaled by their whole life held a flip back for as long
         (a 2x slower GPU on the copy-heavy day: 330 s on the wrong regime)."""
         return self._decode_s if self.cfg.move_on_flip else self._duration_s
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the pair is quiet, as this replica judges it (:meth:`_quiet_pair`)."""
+        return self._quiet
 
     def _quiet_pair(self, in_flight: float) -> bool:
         """Whether the pair is quiet: so few requests in flight that it idles often. Then a

@@ -31,7 +31,7 @@ demo: $(RUNTIME_STAMP)
 bench: $(DEV_STAMP)
 	$(BIN)/specgate bench --out loadtests/results/bench --update-readme README.md
 
-## system-deps: Prometheus, nginx, buildah and mmdebstrap from Debian packages (real parts used by the tests)
+## system-deps: Prometheus, nginx, Redis, buildah and mmdebstrap from Debian packages (real parts used by the tests)
 system-deps:
 	bash scripts/install-system-deps.sh
 

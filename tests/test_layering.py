@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     # 4  the upstream side, and the socket-free simulator.
     "proxy": 4,  # forwards to engines: attempts, failover, relays (data path, after routing)
     "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model
+    "peers": 4,  # the optional channel between gateway replicas (beside the data path)
     # 5  the surface, and the benchmark that drives it through sockets.
     "api": 5,  # the OpenAI surface: admits, decides (routing), forwards (proxy), learns
     "bench": 5,  # QPS sweeps and scenarios through real sockets (runs the gateway as processes)
@@ -66,7 +67,7 @@ LAYERS: dict[str, int] = {
 }
 
 # Packages below routing's decisions on the data path: they speak its vocabulary only.
-ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry"})
+ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry", "peers"})
 ROUTING_VOCABULARY = "gateway.routing.types"
 
 

@@ -31,6 +31,8 @@ async def state(request: web.Request) -> web.Response:
         "uptime_s": round(time.time() - st.started_at, 3),
         "models": {name: m.state(now) for name, m in st.models.items()},
     }
+    if st.peers is not None:
+        body["peers"] = st.peers.state()
     return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
 
 

@@ -24,8 +24,10 @@ from gateway.api.completions import chat_completions, completions
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.peers.bus import PeerBus
+from gateway.peers.service import PeerService
 from gateway.routing.factory import build_policy
-from gateway.routing.types import Policy
+from gateway.routing.types import Policy, Route
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
 from gateway.telemetry.wiring import attach_models, with_scrape_telemetry
 from gateway.wire.errors import ApiError, error_response
@@ -81,14 +83,17 @@ def build_app(
     *,
     telemetry: Telemetry | None = None,
     policies: Mapping[str, Policy] | None = None,
+    peer_bus: PeerBus | None = None,
 ) -> web.Application:
-    """The gateway application for ``config``. ``policies`` overrides a model's policy by name."""
+    """The gateway application for ``config``. ``policies`` overrides a model's policy by name;
+    ``peer_bus`` joins the replicas through that bus instead of ``peers.url``'s Redis."""
     models: dict[str, ModelRuntime] = {}
     for m in config.models:
         policy = (policies or {}).get(m.name) or build_policy(m.routing)
         models[m.name] = ModelRuntime.from_config(m, policy, stale_after_s=config.scrape.stale_after_s)
     state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
     attach_models(state.telemetry, models)  # live routing state for /metrics, read at scrape time
+    state.peers = _peer_service(config, state, peer_bus)
 
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
@@ -111,6 +116,26 @@ def build_app(
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
     return app
+
+
+def _peer_service(config: GatewayConfig, state: GatewayState, bus: PeerBus | None) -> PeerService | None:
+    """The peer channel (gateway.peers) when configured: off by default."""
+    url = config.peers.url
+    if bus is None and url is None:
+        return None
+    if bus is None:
+        from gateway.peers.redis_bus import RedisBus
+
+        bus = RedisBus(
+            url.get_secret_value() if url else "", config.peers.channel, timeout_s=config.peers.timeout_s
+        )
+
+    def move(model: str, route: Route) -> None:
+        board = state.moves.get(model)
+        asked = board.move(route) if board is not None else 0
+        log.info("regime flip (peer channel): %d stream(s) asked to leave the %s engine", asked, route.value)
+
+    return PeerService(config.peers, bus, state.models, on_move=move)
 
 
 def _scrape_sink(rt: EngineRuntime) -> Callable[[Any], None]:
@@ -166,10 +191,14 @@ async def _startup(app: web.Application) -> None:
     state.pool.open(state.engines)
     if state.config.scrape.enabled:
         _start_workers(state)
+    if state.peers is not None:
+        await state.peers.start()
 
 
 async def _cleanup(app: web.Application) -> None:
     state = app[STATE]
+    if state.peers is not None:
+        await state.peers.stop()
     for w in state.workers:
         with contextlib.suppress(Exception):
             await w.stop()

@@ -69,6 +69,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not scrape engines' /metrics and /health (scrape.enabled)",
     )
+    parser.add_argument(
+        "--peers",
+        metavar="REDIS_URL",
+        help="join this gateway's replicas through Redis (peers.url), e.g. redis://redis:6379/0: they "
+        "count each other's requests, learn from each other's answers and follow one leader's regime "
+        "per model. Off by default (replicas then agree through the engines' metrics)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument(
         "--log-json", action="store_true", default=None, help="log JSON lines (server.log_json)"
@@ -85,6 +92,7 @@ def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
         "server.max_concurrency": args.max_concurrency,
         "server.max_body_bytes": args.max_body_bytes,
         "server.log_json": args.log_json,
+        "peers.url": args.peers,
     }
     if args.no_scrape:
         o["scrape.enabled"] = False

@@ -26,6 +26,7 @@ from gateway.engines.runtime import ModelRuntime
 from gateway.proxy.forward import ProxyCall
 from gateway.proxy.move import MoveBoard
 from gateway.proxy.result import ProxyResult
+from gateway.routing.adaptive.live import engine_load
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Decision, Reason, RequestFeatures, Route
@@ -195,6 +196,8 @@ class Exchange:
             log.info(
                 "regime flip: %d stream(s) asked to leave the %s engine", asked, decision.move_from.value
             )
+        if mrt.on_decided:
+            tell_decided(mrt, features, decision)
         try:
             tel.decided(features, decision, decision_s)
         except Exception:
@@ -313,6 +316,22 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 _SAFE_POLICY = FixedPolicy(Route.BASE)
+
+
+def tell_decided(mrt: ModelRuntime, features: RequestFeatures, decision: Decision) -> None:
+    """The model's decision hooks (the peer channel), with the load the pair held: the
+    requests on its spec and plain engines, as the policy counts them. Never raises."""
+    try:
+        now = time.monotonic()
+        pair = next((p for p in mrt.pairs if decision.engine in (p.spec.name, p.base.name)), mrt.pairs[0])
+        loads = (
+            engine_load(pair.spec.view(now, mrt.stale_after_s)),
+            engine_load(pair.base.view(now, mrt.stale_after_s)),
+        )
+        for hook in mrt.on_decided:
+            hook(features, decision, loads)
+    except Exception:
+        log.exception("decision hook failed (request unaffected)")
 
 
 def choose_route(mrt: ModelRuntime, model: str, features: RequestFeatures) -> Decision:

@@ -106,6 +106,8 @@ def observe(
                 predicted_tpot_s=decision.predicted_tpot_s if own else None,
             )
             model.policy.observe(outcome, time.monotonic())
+            for hook in model.on_outcome:
+                hook(outcome)
     except Exception:
         log.exception("learning from a response failed (request unaffected)")
 

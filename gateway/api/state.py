@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from gateway.api.learning import SampleBudget
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.peers.service import PeerService
 from gateway.proxy.move import MoveBoard
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.stream import SHUTDOWN
@@ -48,6 +49,7 @@ class GatewayState:
     streams: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers relaying a stream
     # per model: the streams that could move to their sibling at a regime flip
     moves: dict[str, MoveBoard] = field(default_factory=dict)
+    peers: PeerService | None = None  # the channel to the other gateway replicas (optional)
 
     _idle: asyncio.Event | None = None
 

@@ -82,6 +82,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="--scenario: gateway replicas in front of the pair, taking requests in turn (client-side round "
         "robin); the report adds how often their modes differed and both engines ran requests",
     )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="--scenario with --replicas: join the replicas by the peer channel (peers.url) through a "
+        "local redis-server, which must be installed; the simulator's run joins its replicas alike",
+    )
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
@@ -338,8 +344,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: --scenario runs {', '.join(scenario_bench.POLICIES)}", file=sys.stderr)
             return 2
         return scenario_bench.run(args, policies)
-    if args.replicas != 1:
-        print("error: --replicas needs --scenario", file=sys.stderr)
+    if args.replicas != 1 or args.peers:
+        print("error: --replicas and --peers need --scenario", file=sys.stderr)
         return 2
     try:
         policies, points, fixed_scale = _validate(args)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -216,11 +217,68 @@ async def policy_stack(
     logdir: str,
     tag: str,
     replicas: int = 1,
+    peers: bool = False,
 ) -> AsyncIterator[Stack]:
     """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second)
     and ``replicas`` gateways routing with ``policy`` in front of it, logs and configs under
     ``logdir`` named by ``tag``; yields their URLs once a couple of scrapes have run, so
-    that the policy sees both engines."""
+    that the policy sees both engines. With ``peers`` the gateways are joined by the peer
+    channel through a redis-server of their own."""
+    async with contextlib.AsyncExitStack() as stack:
+        peers_url = await stack.enter_async_context(redis_server(logdir, tag)) if peers else None
+        async with _policy_stack(
+            policy, scale, profile, max_num_seqs, seed, logdir, tag, replicas, peers_url
+        ) as st:
+            yield st
+
+
+@asynccontextmanager
+async def redis_server(logdir: str, tag: str, timeout_s: float = 20.0) -> AsyncIterator[str]:
+    """A redis-server on a unix socket under ``logdir``; yields its URL once it answers."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("--peers needs redis-server (the Debian package redis-server)")
+    sock = os.path.join(logdir, f"{tag}-redis.sock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock)
+    fd = os.open(os.path.join(logdir, f"{tag}-redis.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            binary, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
+            stdout=fd, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            with contextlib.suppress(OSError):
+                _, w = await asyncio.open_unix_connection(sock)
+                w.close()
+                break
+            if proc.returncode is not None or loop.time() > deadline:
+                raise RuntimeError(f"redis-server did not start (see {tag}-redis.log)")
+            await asyncio.sleep(0.1)
+        yield f"unix://{sock}"
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+@asynccontextmanager
+async def _policy_stack(
+    policy: str,
+    scale: float,
+    profile: str,
+    max_num_seqs: int,
+    seed: int,
+    logdir: str,
+    tag: str,
+    replicas: int,
+    peers_url: str | None,
+) -> AsyncIterator[Stack]:
     spec_port, base_port = free_port(), free_port()
     gw_ports = [free_port() for _ in range(replicas)]
     emu = Proc(
@@ -235,7 +293,10 @@ async def policy_stack(
         name = tag if replicas == 1 else f"{tag}-{i}"
         cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
         with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-            yaml.safe_dump(gateway_config(port, spec_port, base_port, policy), fh)
+            cfg = gateway_config(port, spec_port, base_port, policy)
+            if peers_url is not None:
+                cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
+            yaml.safe_dump(cfg, fh)
         gws.append(
             Proc(
                 "gateway",

@@ -114,6 +114,7 @@ def sim_config(args: argparse.Namespace, sc: Scenario, policy: str) -> SimConfig
         phases=sc.phases,
         warmup_s=args.warmup,
         replicas=args.replicas,
+        peers=args.peers,
         seeded_bodies=True,  # as send_all sends them
     )
 
@@ -183,6 +184,7 @@ async def _run_policy(
         logdir=logdir,
         tag=policy,
         replicas=args.replicas,
+        peers=args.peers,
     )
     async with stack as st:
         urls = [g + "/v1/chat/completions" for g in st.gateways]

@@ -281,8 +281,48 @@ class ModelConfig(_Strict):
         return _check_keys(v)
 
 
+class PeersConfig(_Strict):
+    """The optional peer channel between gateway replicas (gateway.peers)."""
+
+    url: SecretStr | None = Field(
+        None,
+        description="Redis URL (redis://[:password@]host:6379/0, rediss:// for TLS) joining this "
+        "gateway's replicas: they share requests in flight, outcomes and one leader's regime per "
+        "model. Unset (the default): each replica decides alone, agreeing with the others through "
+        "the engines' metrics",
+    )
+    channel: str = Field(
+        "specgate",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="pub/sub channel and lease key prefix: one per set of replicas fronting the same engines",
+    )
+    replica_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="this replica's name on the channel (default: host name, process id and a random suffix)",
+    )
+    lease_s: float = Field(
+        3.0,
+        ge=0.5,
+        le=60.0,
+        description="the leader's lease: a dead leader is replaced within it; renewed every third of it",
+    )
+    timeout_s: float = Field(1.0, gt=0.0, le=10.0, description="each Redis operation's timeout")
+    queue: int = Field(
+        10_000,
+        ge=100,
+        le=1_000_000,
+        description="outgoing messages held while Redis is slow; beyond, the oldest are dropped (counted)",
+    )
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
+    peers: PeersConfig = Field(default_factory=PeersConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     models: list[ModelConfig] = Field(min_length=1)
     telemetry: TelemetryConfig = Field(

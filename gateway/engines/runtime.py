@@ -21,10 +21,13 @@ from gateway.config.models import EngineConfig, ModelConfig
 from gateway.engines.stats import ScrapeState
 from gateway.routing.types import (
     UNKNOWN_STATS,
+    Decision,
     EngineView,
     ModelView,
+    Outcome,
     PairView,
     Policy,
+    RequestFeatures,
     Route,
     RouteOverride,
 )
@@ -59,6 +62,10 @@ class EngineRuntime:
         self._window_failures = 0
         self._clock = clock
         self.inflight = 0
+        # requests other gateway replicas have in flight here, as their peer channel last
+        # told (gateway.peers); 0 without one
+        self.peer_inflight = 0
+        self.on_inflight: Callable[[], None] | None = None  # called when ``inflight`` changes
         self.draining = False
         self.scrape: ScrapeState | None = None  # the scraper's latest report (None: none yet)
         self.active_healthy = True  # set by the active health checker
@@ -74,10 +81,14 @@ class EngineRuntime:
         """Count one request in flight on this engine for the duration of the block."""
         self.inflight += 1
         self.total_requests += 1
+        if self.on_inflight is not None:
+            self.on_inflight()
         try:
             yield
         finally:
             self.inflight -= 1
+            if self.on_inflight is not None:
+                self.on_inflight()
 
     # -- passive health --------------------------------------------------------------
     def record_success(self, now: float | None = None) -> None:
@@ -128,7 +139,7 @@ class EngineRuntime:
             healthy=self.healthy(now),
             draining=self.draining,
             stale=fresh is None,
-            inflight=self.inflight,
+            inflight=self.inflight + self.peer_inflight,
             method=self.config.method,
             k=self.config.k,
             stats=fresh if fresh is not None else UNKNOWN_STATS,
@@ -145,6 +156,7 @@ class EngineRuntime:
             "method": self.config.method,
             "k": self.config.k,
             "inflight": self.inflight,
+            "peer_inflight": self.peer_inflight,
             "healthy": self.healthy(now),
             "active_healthy": self.active_healthy,
             "passive_down_for_s": max(0.0, self.down_until - now) if self.down_until is not None else 0.0,
@@ -173,6 +185,13 @@ class ModelRuntime:
     pinned: RouteOverride = RouteOverride.AUTO
     engines: dict[str, EngineRuntime] = field(default_factory=dict)
     inflight: int = 0  # client requests in flight for this model (the gateway's own count)
+    # Called after the policy decided a request (features, decision, the load its pair
+    # held: requests on spec, on plain) and after it learned from an outcome: the peer
+    # channel (gateway.peers) tells the other replicas.
+    on_decided: list[Callable[[RequestFeatures, Decision, tuple[float, float]], None]] = field(
+        default_factory=list
+    )
+    on_outcome: list[Callable[[Outcome], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for p in self.pairs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Route(StrEnum):
@@ -243,4 +243,26 @@ class Policy(Protocol):
 
     def snapshot(self) -> dict[str, object]:
         """JSON-serialisable state for GET /admin/state and the telemetry collector."""
+        ...
+
+
+@runtime_checkable
+class Cooperative(Protocol):
+    """A policy that can act as one with other gateway replicas over a peer channel
+    (:mod:`gateway.peers`): it learns of their requests and follows a leader's regime."""
+
+    def witness(
+        self, features: RequestFeatures, route: Route, now: float, loads: tuple[float, float] | None = None
+    ) -> Route | None:
+        """A peer's request (and the load it found); the route whose streams move now, if any."""
+        ...
+
+    def follow_leader(
+        self, speculating: bool | None, now: float, *, quiet: bool | None = None
+    ) -> Route | None:
+        """The leader's regime (None: decide alone); the route whose streams move now, if any."""
+        ...
+
+    def regime(self) -> tuple[bool, bool]:
+        """(speculating, quiet): what this replica publishes while it leads."""
         ...

@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
+from gateway.sim.agreement import switch_spread
 from gateway.sim.report import write_csv
 from gateway.sim.run import SimConfig, SimResult, phase_summaries, simulate
 from gateway.sim.scenarios import Scenario
@@ -64,11 +65,20 @@ def run_scenario(args: argparse.Namespace, scenario: Scenario, cfgs: list[SimCon
         "policy_state": {r.config.policy: r.policy_state for r in results},
         "wall_s": round(time.monotonic() - t_start, 1),
     }
+    if c0.replicas_reported:  # how far the replicas agreed, per policy
+        meta["replicas"] = c0.replicas
+        meta["peers"] = c0.peers
+        meta["replica_agreement"] = {
+            r.config.policy: {**r.replica_summary(t0), "switch_spread_s": switch_spread(r.samples, t0)}
+            for r in results
+        }
     title = f"{scenario.name}: {scenario.description} (seed {c0.seed})"
     md = scenario_report.write(report, meta, out, title)
     rows = [row for r in results for row in phase_summaries(r)]
     write_csv(rows, out / "phases.csv", extra=("phase_start_s",))
     scenario_report.plot(report, recs.get("adaptive"), scenario.phases, out / "results.png", title)
     print(md)
+    for policy, agree in meta.get("replica_agreement", {}).items():
+        print(f"{c0.replicas} replicas{' (peers)' if c0.peers else ''}, {policy}: {agree}")
     print(f"wrote {out}/results.{{csv,json,md,png}}, minutes.csv, phases.csv in {meta['wall_s']} s")
     return 0

@@ -123,6 +123,25 @@ def test_two_replicas_do_not_split_the_pair() -> None:
         assert two["both_engines_busy"] <= 1.2 * one["both_engines_busy"] + 0.01, (qps, one, two)
 
 
+def test_replicas_on_the_peer_channel_act_as_one_gateway() -> None:
+    """Four replicas joined by the peer channel (every replica counts the others' requests,
+    learns from their answers, and follows one leader's regime) route as one gateway
+    would: the same mean time per token within 2 %, modes never differ, and both engines
+    run together no more than with one replica. Without the channel the same four split
+    the pair (the control: this test fails when the replicas split it)."""
+    for qps in (2.0, 6.0):
+        kw = {"qps": qps, "duration_s": 120, "seed": 3, "prompt_lookup_min": 2}
+        one = simulate(SimConfig(**kw))  # type: ignore[arg-type]
+        four = simulate(SimConfig(replicas=4, peers=True, **kw))  # type: ignore[arg-type]
+        alone = simulate(SimConfig(replicas=4, **kw))  # type: ignore[arg-type]
+        s1, s4, sa = one.replica_summary(), four.replica_summary(), alone.replica_summary()
+        assert s4["modes_differ"] <= 0.005, (qps, s4)
+        assert s4["both_engines_busy"] <= 1.2 * s1["both_engines_busy"] + 0.005, (qps, s1, s4)
+        ratio = float(four.summary()["mean_tpot_ms"]) / float(one.summary()["mean_tpot_ms"])
+        assert ratio <= 1.02, (qps, ratio)
+        assert sa["modes_differ"] > s4["modes_differ"] or sa["both_engines_busy"] > s4["both_engines_busy"]
+
+
 def test_moving_streams_at_a_flip_removes_the_drain() -> None:
     """At a regime flip (``Decision.move_from``) the streams still on the old engine
     continue on the new one (prefilling prompt + text so far there): every request still

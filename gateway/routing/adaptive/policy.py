@@ -368,6 +368,10 @@ class AdaptivePolicy:
         self.leader_mode = speculating
         return self._flip_moves(was)
 
+    def regime(self) -> tuple[bool, bool]:
+        """(speculating, quiet): what this replica tells the others while it leads."""
+        return self.mode.speculating, self._quiet
+
     def _flip_moves(self, was: bool) -> Route | None:
         """The route whose streams move after a flip outside this replica's decisions (a
         peer's request, the leader's word): none on a quiet pair, whose requests pick their
@@ -379,7 +383,8 @@ class AdaptivePolicy:
         )
         if was == self.mode.speculating or quiet or not self.cfg.move_on_flip:
             return None
-        return Route.SPEC if was else Route.BASE
+        self._routing = Route.SPEC if self.mode.speculating else Route.BASE  # moved: no handover
+        return self._routing.other
 
     def _explore(self, now: float, *, speculating: bool, queued: bool) -> bool:
         """Whether the plain engine is being explored: measured once, because its step time

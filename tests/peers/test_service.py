@@ -1,0 +1,176 @@
+"""The peer service on an in-memory bus (no sockets): counts, learning and the leader's
+regime reach the other replica, a dead leader is replaced, bad input is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.config import load_config
+from gateway.config.models import PeersConfig
+from gateway.engines.runtime import ModelRuntime
+from gateway.peers.bus import MemoryHub
+from gateway.peers.service import PeerService
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.config import RoutingConfig
+from gateway.routing.types import Outcome, RequestFeatures, Route
+
+MODEL = "qwen3-8b"
+EDIT = RequestFeatures(MODEL, temperature=0.0, max_tokens=200, prompt_tokens=400, overlap=0.9, kind="edit")
+
+
+@dataclass
+class Clock:
+    t: float = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Replica:
+    service: PeerService
+    model: ModelRuntime
+    moves: list[tuple[str, Route]] = field(default_factory=list)
+
+    @property
+    def policy(self) -> AdaptivePolicy:
+        assert isinstance(self.model.policy, AdaptivePolicy)
+        return self.model.policy
+
+
+def make(hub: MemoryHub, name: str, clock: Clock, **routing: object) -> Replica:
+    cfg = load_config(None, env={})
+    policy = AdaptivePolicy(RoutingConfig(policy="adaptive", **routing))  # type: ignore[arg-type]
+    model = ModelRuntime.from_config(cfg.models[0], policy)
+    moves: list[tuple[str, Route]] = []
+    svc = PeerService(
+        PeersConfig(replica_id=name, lease_s=3.0),
+        hub.bus(),
+        {MODEL: model},
+        on_move=lambda m, r: moves.append((m, r)),
+        clock=clock,
+    )
+    return Replica(svc, model, moves)
+
+
+async def settle(hub: MemoryHub, *replicas: Replica) -> None:
+    """Until every message published so far has been sent and applied: the queues stay
+    empty for a few loop iterations in a row (a publish passes through ``wait_for``)."""
+    quiet = 0
+    for _ in range(2000):
+        await asyncio.sleep(0)  # let the send and receive tasks run
+        idle = all(not r.service._out for r in replicas) and all(b.queue.empty() for b in hub.buses)
+        quiet = quiet + 1 if idle else 0
+        if quiet >= 20:
+            return
+    raise AssertionError("the channel did not settle")
+
+
+@pytest.fixture
+async def two() -> AsyncIterator[tuple[MemoryHub, Clock, Replica, Replica]]:
+    clock = Clock()
+    hub = MemoryHub(clock)
+    a, b = make(hub, "a", clock), make(hub, "b", clock)
+    await a.service.start()
+    await a.service.tick()  # a takes the lease first
+    await b.service.start()
+    await b.service.tick()
+    await settle(hub, a, b)
+    try:
+        yield hub, clock, a, b
+    finally:
+        await a.service.stop()
+        await b.service.stop()
+
+
+async def test_each_replica_counts_the_others_requests_in_flight(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    hub, _, a, b = two
+    spec_a, spec_b = a.model.pairs[0].spec, b.model.pairs[0].spec
+    with spec_a.track(), spec_a.track():
+        await settle(hub, a, b)
+        assert spec_b.peer_inflight == 2 and spec_b.inflight == 0
+        assert spec_b.view(0.0, 5.0).inflight == 2  # what b's policy reads
+    await settle(hub, a, b)
+    assert spec_b.peer_inflight == 0
+
+
+async def test_the_leader_decides_the_regime_and_the_others_follow_with_their_streams(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    hub, clock, a, b = two
+    assert a.service.leader and not b.service.leader
+    a.policy.mode.follow(True)
+    a.service._publish_regime(MODEL)
+    await settle(hub, a, b)
+    assert b.policy.leader_mode is True and b.policy.mode.speculating
+    # the leader leaves spec (busy pair, not quiet): b follows, and its streams on spec move
+    a.policy.mode.follow(False)
+    a.policy._quiet = False
+    a.service._publish_regime(MODEL)
+    await settle(hub, a, b)
+    assert not b.policy.mode.speculating
+    assert b.moves == [(MODEL, Route.SPEC)]
+    # b's own decision follows the leader's regime, whatever b would have decided alone
+    clock.t += 1.0
+    assert b.policy.leader_quiet is False
+
+
+async def test_answers_learned_on_one_replica_teach_the_other(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    hub, clock, a, b = two
+    before = b.policy.learner.snapshot(clock.t)
+    out = Outcome(
+        MODEL, Route.SPEC, "spec-0", "edit", 0.0, True, 400, 200, 0.02, 0.004, lookup_acceptance=0.8
+    )
+    for hook in a.model.on_outcome:
+        hook(out)
+    await settle(hub, a, b)
+    assert b.policy.learner.snapshot(clock.t) != before
+
+
+async def test_a_silent_leader_is_replaced_and_its_followers_decide_alone_meanwhile(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    hub, clock, a, b = two
+    a.service._publish_regime(MODEL, again=True)
+    await settle(hub, a, b)
+    assert b.policy.leader_mode is not None
+    for t in a.service._tasks:  # a hangs: no renewals, no messages
+        t.cancel()
+    clock.t += 2.0 * 3.0 + 0.1
+    await b.service.tick()
+    assert b.service.leader and b.policy.leader_mode is None  # b leads: decides alone
+
+
+async def test_bad_or_foreign_messages_are_dropped_and_counted(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    hub, _, a, b = two
+    await hub.buses[0].publish(b'{"t": "counts", "r": "x", "engines": {"spec-0": 1e9}}')
+    await hub.buses[0].publish(
+        b'{"t": "regime", "r": "x", "model": "nope", "speculating": true, "quiet": false}'
+    )
+    await settle(hub, a, b)
+    assert b.service.stats["dropped_invalid"] >= 1
+    assert b.service.stats["dropped_unknown_model"] >= 1
+    assert b.model.pairs[0].spec.peer_inflight == 0
+
+
+def test_a_replica_without_a_cooperative_policy_only_shares_counts() -> None:
+    from gateway.routing.static import FixedPolicy
+
+    cfg = load_config(None, env={})
+    model = ModelRuntime.from_config(cfg.models[0], FixedPolicy(Route.SPEC))
+    PeerService(PeersConfig(replica_id="s"), MemoryHub().bus(), {MODEL: model})
+    assert model.on_decided == [] and model.on_outcome == []
+    assert model.pairs[0].spec.on_inflight is not None
+
+
+_ = Callable

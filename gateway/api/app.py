@@ -25,6 +25,7 @@ from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.peers.bus import PeerBus
+from gateway.peers.metrics import PeerCollector
 from gateway.peers.service import PeerService
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy, Route
@@ -94,6 +95,9 @@ def build_app(
     state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
     attach_models(state.telemetry, models)  # live routing state for /metrics, read at scrape time
     state.peers = _peer_service(config, state, peer_bus)
+    registry = getattr(state.telemetry, "registry", None)
+    if state.peers is not None and registry is not None:
+        registry.register(PeerCollector(state.peers))
 
     app = web.Application(
         client_max_size=config.server.max_body_bytes,

@@ -44,6 +44,8 @@ _PEER_EXPIRY_LEASES = 2.0
 # A follower that has not heard its leader's regime for this many leases decides alone.
 _LEADER_SILENT_LEASES = 2.0
 
+_MAX_PEERS = 256  # replicas remembered at most (a flood of made-up names stays bounded)
+
 Mover = Callable[[str, Route], None]  # (model, route whose streams move to their siblings)
 
 
@@ -161,6 +163,9 @@ class PeerService:
         self.stats["received"] += 1
         now = self.clock()
         if isinstance(msg, Counts):
+            if msg.r not in self._peers and len(self._peers) >= _MAX_PEERS:
+                self.stats["dropped_too_many_peers"] += 1
+                return
             self._peers[msg.r] = (now, dict(msg.engines))
             self._apply_counts()
         elif isinstance(msg, Bye):
@@ -259,6 +264,9 @@ class PeerService:
             self._publish_regime(name, again=True)
         self._send_counts()
         self._expire(now)
+
+    def peer_names(self) -> list[str]:
+        return list(self._peers)
 
     def state(self) -> dict[str, object]:
         """For GET /admin/state."""

@@ -500,3 +500,39 @@ def test_engine_network_policy_component_admits_the_gateway_only(tmp_path: Path)
         ]
         assert gateway_rules
         assert {p["port"] for r in gateway_rules for p in r["ports"]} == engine_ports
+
+
+def test_peers_component_joins_the_replicas_through_its_redis(tmp_path: Path) -> None:
+    """Built into the emulated overlay: the gateway's SPECGATE_PEERS__URL comes from the
+    component's ConfigMap and addresses the component's Redis Service; without the
+    component the reference is optional and the replicas run without a channel."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(K8S / "overlays" / "emulated", tmp_path)],
+                "components": [os.path.relpath(K8S / "components" / "peers", tmp_path)],
+            }
+        ),
+        encoding="utf-8",
+    )
+    objs = kustomize.render(tmp_path)
+    for obj in objs:
+        validate(obj)
+    container = one(objs, "Deployment", "specgate")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["SPECGATE_PEERS__URL"]["valueFrom"]["configMapKeyRef"]
+    assert ref["optional"] is True
+    url = one(objs, "ConfigMap", ref["name"])["data"][ref["key"]]
+    service = one(objs, "Service", "specgate-redis")
+    port = service["spec"]["ports"][0]["port"]
+    assert url == f"redis://{service['metadata']['name']}:{port}/0"
+    redis = one(objs, "Deployment", "specgate-redis")
+    assert service["spec"]["selector"].items() <= redis["spec"]["template"]["metadata"]["labels"].items()
+    assert env["SPECGATE_PEERS__REPLICA_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    cfg = load_config(None, env={"SPECGATE_PEERS__URL": url, "SPECGATE_PEERS__REPLICA_ID": "specgate-0"})
+    assert cfg.peers.url is not None and cfg.peers.url.get_secret_value() == url
+    # the overlays themselves carry no channel: their replicas decide alone
+    for overlay in PAIR_OVERLAYS:
+        assert not find(docs(K8S / "overlays" / overlay), "ConfigMap", "specgate-peers")

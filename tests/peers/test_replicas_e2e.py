@@ -137,3 +137,29 @@ async def test_two_replicas_share_requests_answers_and_one_regime(
         )
         assert not b.peers.leader
         assert b.peers.state()["peers"]  # it hears a
+
+
+async def test_a_dead_redis_costs_the_channel_not_the_requests(
+    pair_config: Callable[..., GatewayConfig], tmp_path: Path
+) -> None:
+    """Redis goes away: requests keep being answered (nothing on their path waits on the
+    channel), the leader loses its lease, and the failures are counted, not raised."""
+    async with contextlib.AsyncExitStack() as stack:
+        async with redis_server(tmp_path) as url:
+            cfg = pair_config(**{"peers.replica_id": "a", "peers.url": url, "peers.timeout_s": 0.5})
+            srv = TestServer(build_app(cfg))
+            await srv.start_server()
+            stack.push_async_callback(srv.close)
+            st = srv.app[STATE]
+            assert st.peers is not None
+            await until(lambda: st.peers is not None and st.peers.leader, st.peers)
+        # redis-server has exited
+        client = await asyncio.to_thread(
+            openai.AsyncOpenAI, base_url=str(srv.make_url("/v1")), api_key="unused", max_retries=0
+        )
+        stack.push_async_callback(client.close)
+        for _ in range(3):
+            r = await client.chat.completions.create(model=MODEL, messages=EDIT, temperature=0, max_tokens=16)  # type: ignore[arg-type]
+            assert r.choices[0].message.content
+        await st.peers.tick()
+        assert not st.peers.leader and st.peers.stats["lease_errors"] >= 1

@@ -4,7 +4,7 @@ regime reach the other replica, a dead leader is replaced, bad input is dropped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -173,4 +173,33 @@ def test_a_replica_without_a_cooperative_policy_only_shares_counts() -> None:
     assert model.pairs[0].spec.on_inflight is not None
 
 
-_ = Callable
+async def test_the_channel_shows_in_prometheus_metrics(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gateway.peers.metrics import PeerCollector
+
+    _, _, a, b = two
+    for replica, leads in ((a, 1.0), (b, 0.0)):
+        reg = CollectorRegistry()
+        reg.register(PeerCollector(replica.service))
+        text = generate_latest(reg).decode()
+        assert f"specgate_peer_leader {leads}" in text
+        assert "specgate_peer_replicas 1.0" in text
+        sent = next(
+            ln for ln in text.splitlines() if ln.startswith('specgate_peer_messages_total{result="sent"}')
+        )
+        assert float(sent.split()[-1]) > 0
+
+
+async def test_made_up_replicas_cannot_grow_the_peer_table_without_bound(
+    two: tuple[MemoryHub, Clock, Replica, Replica],
+) -> None:
+    from gateway.peers.service import _MAX_PEERS
+
+    _, _, _, b = two
+    for i in range(_MAX_PEERS + 50):
+        b.service.apply(f'{{"t": "counts", "r": "fake-{i}", "engines": {{"spec0": 1}}}}'.encode())
+    assert len(b.service.peer_names()) == _MAX_PEERS
+    assert b.service.stats["dropped_too_many_peers"] >= 50

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -232,15 +233,38 @@ async def policy_stack(
             yield st
 
 
+async def peers_joined(urls: Sequence[str], timeout_s: float = 20.0) -> None:
+    """Wait until the gateways at ``urls`` hear each other on the peer channel and one of
+    them leads (their ``GET /admin/state``); a benchmark of joined replicas must not run
+    on replicas that never joined."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    states: list[Any] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+        while loop.time() < deadline:
+            states = []
+            for u in urls:
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                    async with s.get(u + "/admin/state") as r:
+                        states.append((await r.json()).get("peers") or {})
+            heard = [len(st.get("peers") or {}) for st in states]
+            leaders = sum(1 for st in states if st.get("leader"))
+            if len(states) == len(urls) and all(h == len(urls) - 1 for h in heard) and leaders == 1:
+                return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the gateways did not join on the peer channel within {timeout_s:g} s: {states}")
+
+
 @asynccontextmanager
 async def redis_server(logdir: str, tag: str, timeout_s: float = 20.0) -> AsyncIterator[str]:
-    """A redis-server on a unix socket under ``logdir``; yields its URL once it answers."""
+    """A redis-server on a unix socket in a fresh temporary folder (a short absolute path:
+    socket paths are limited to ~100 bytes), its log under ``logdir``; yields its URL once
+    it answers."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("--peers needs redis-server (the Debian package redis-server)")
-    sock = os.path.join(logdir, f"{tag}-redis.sock")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(sock)
+    sockdir = tempfile.mkdtemp(prefix="specgate-redis-")
+    sock = os.path.join(sockdir, "redis.sock")
     fd = os.open(os.path.join(logdir, f"{tag}-redis.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -265,6 +289,7 @@ async def redis_server(logdir: str, tag: str, timeout_s: float = 20.0) -> AsyncI
         if proc.returncode is None:
             proc.terminate()
             await proc.wait()
+        shutil.rmtree(sockdir, ignore_errors=True)
 
 
 @asynccontextmanager
@@ -306,4 +331,6 @@ async def _policy_stack(
         )
     async with running_stack(emu, gws, spec_port, base_port, gw_ports) as urls:
         await asyncio.sleep(1.5)
+        if peers_url is not None:
+            await peers_joined(urls)
         yield Stack(urls, [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"])

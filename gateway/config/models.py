@@ -319,6 +319,18 @@ class PeersConfig(_Strict):
         description="outgoing messages held while Redis is slow; beyond, the oldest are dropped (counted)",
     )
 
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None:
+            return v
+        url = v.get_secret_value()
+        if not url.startswith(("redis://", "rediss://", "unix:///")):
+            raise ValueError(
+                "peers.url must be redis://host[:port][/db], rediss://... or unix:///absolute/path"
+            )
+        return v
+
 
 class GatewayConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)

@@ -71,3 +71,11 @@ def test_oversized_messages_are_refused_before_parsing() -> None:
 def test_an_outcome_out_of_the_wires_range_is_not_sent() -> None:
     o = Outcome("m", Route.SPEC, "spec-0", "chat", 1.0, True, tpot_s=-1.0)
     assert learned_of("a", "m", o) is None
+
+
+@pytest.mark.parametrize("url", ["http://redis:6379", "unix://relative/redis.sock", "redis"])
+def test_a_peer_url_that_redis_cannot_take_is_refused_at_start(url: str) -> None:
+    from gateway.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"peers\.url"):
+        load_config(None, env={}, overrides={"peers.url": url})

@@ -245,6 +245,23 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         {},
     ),
     (
+        "Replicas",
+        "Peer channel: leaders and replicas heard",
+        "none",
+        [
+            ("sum(specgate_peer_leader)", "leaders (1 when joined)"),
+            ("max by (instance) (specgate_peer_replicas)", "replicas heard by {{instance}}"),
+        ],
+        {},
+    ),
+    (
+        "Replicas",
+        "Peer channel messages",
+        "ops",
+        [(_rate("specgate_peer_messages_total", "", "result"), "{{result}}")],
+        {},
+    ),
+    (
         "Errors",
         "Upstream failures and retries",
         "reqps",

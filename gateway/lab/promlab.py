@@ -213,6 +213,7 @@ async def start_lab(
     from gateway.emulator.faults import Faults
     from gateway.emulator.launch import PAIR_SPEC_CONFIG, EngineLaunch, pair_launches, start_group
     from gateway.emulator.spec import parse_spec_config
+    from gateway.peers.bus import MemoryHub
 
     binary = prometheus or shutil.which("prometheus")
     if binary is None:
@@ -238,7 +239,8 @@ async def start_lab(
             telemetry or TelemetryConfig(tracing="off", access_log=False),
             known_models=[m.name for m in cfg.models],
         )
-        app = build_app(cfg, telemetry=tel)
+        # a peer channel of one (its metrics, for the dashboard's replica row)
+        app = build_app(cfg, telemetry=tel, peer_bus=MemoryHub().bus())
         runner = web.AppRunner(app, **RUNNER_KWARGS)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)

@@ -10,6 +10,14 @@ engine, no gateway (the Dynamic SD engine). Between policies the engines idle fo
 ``--gap`` seconds, longer than the gateway's scrape window, so no policy's acceptance
 window holds the previous one's traffic.
 
+A day run once per policy in a fixed order is confounded by the order: the first slot
+is the engines' first saturation since they started, and on an H200 it read 10-15 %
+slower than the same routing in a later slot (round 5). ``--prime SECONDS`` sends the
+schedule's peak load to each engine for that long first (unmeasured), ``--round K``
+rotates the policy order by K, and a policy named twice (``adaptive,...,adaptive``)
+runs twice as ``adaptive`` and ``adaptive#2`` (an A/A beside the A/B). Several rounds,
+one call each, combine with ``day_rounds.py``.
+
 The report is the scenario report of ``specgate simulate --scenario``: mean and p99 TPOT,
 TTFT, goodput, the oracle of the two statics per ``--window`` seconds (the compressed
 day's minute), adaptive's capture and time to switch, and the Dynamic SD engine (as
@@ -64,8 +72,8 @@ async def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     logdir = out / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
-    policies = [p for p in args.policies.split(",") if p]
-    bad = sorted(set(policies) - set(PINS))
+    policies = slot_order([p for p in args.policies.split(",") if p], args.round)
+    bad = sorted({base_name(p) for p in policies} - set(PINS))
     if bad:
         raise SystemExit(f"unknown policies {', '.join(bad)}; choose from {', '.join(PINS)}")
     sc = from_schedule(args.schedule, temperature=args.temperature)
@@ -92,7 +100,10 @@ async def run(args: argparse.Namespace) -> int:
         await gw.start()
         await gw.wait_ready(url + "/ready", timeout_s=60)
         await asyncio.sleep(2.5)  # two scrapes: the gateway sees both engines
-        runs: list[tuple[str, str]] = [(p, p) for p in policies]
+        if args.prime > 0:
+            await prime(url, sc, args, scale, extra)
+            await asyncio.sleep(args.gap * scale)
+        runs: list[tuple[str, str]] = [(p, base_name(p)) for p in policies]
         if direct is not None:
             runs.append((DYNAMIC_SD, direct.name))
         for i, (name, what) in enumerate(runs):
@@ -110,7 +121,7 @@ async def run(args: argparse.Namespace) -> int:
                 trace = out / f"trace-{name}.jsonl"
                 poll = (
                     asyncio.create_task(trace_state(url, trace, args.trace_every))
-                    if what == "adaptive"
+                    if what == "adaptive" and name == what
                     else None
                 )
                 try:
@@ -145,12 +156,52 @@ async def run(args: argparse.Namespace) -> int:
         "temperature": args.temperature,
         "max_tokens_cap": args.max_tokens_cap,
         "time_scale": scale,
+        "round": args.round,
+        "order": policies,
+        "prime_s": args.prime,
     }
     title = f"compressed day on {args.pair} ({args.target}): {args.schedule}"
     md = scenario_report.write(report, meta, out, title)
     scenario_report.plot(report, recs.get("adaptive"), sc.phases, out / "results.png", title)
     print(md)
     return 0
+
+
+def slot_order(policies: list[str], round_: int) -> list[str]:
+    """The policies in the order round ``round_`` runs them (rotated by the round), a
+    repeated one renamed ``name#2``, ``name#3``... so each slot keeps its own records."""
+    seen: dict[str, int] = {}
+    named = []
+    for p in policies:
+        seen[p] = seen.get(p, 0) + 1
+        named.append(p if seen[p] == 1 else f"{p}#{seen[p]}")
+    k = round_ % len(named) if named else 0
+    return named[k:] + named[:k]
+
+
+def base_name(slot: str) -> str:
+    return slot.split("#", 1)[0]
+
+
+async def prime(url: str, sc: Any, args: argparse.Namespace, scale: float, extra: dict[str, object]) -> None:
+    """Unmeasured: the schedule's peak QPS for ``--prime`` seconds to each engine in turn
+    (the gateway pinned to it), so that no measured slot is an engine's first saturation."""
+    peak = max(ph.peak_qps for ph in sc.phases)
+    warm = from_schedule(f"{peak:g}:{args.prime:g}", temperature=args.temperature)
+    work = scenario_requests(
+        warm.phases,
+        seed=args.seed + 1000,
+        mix=None,
+        temperature=args.temperature,
+        max_tokens_cap=args.max_tokens_cap,
+    )
+    for pin in ("spec", "base"):
+        await set_pin(url, pin)
+        extra["cache_salt"] = f"prime-{pin}-{args.seed}"
+        recs = await send_all(url + "/v1/chat/completions", work, scale, args.drain, extra=extra)
+        done = sum(1 for r in recs if r.finished_at is not None)
+        print(f"{'prime ' + pin:>12}: {done}/{len(work)} finished (not measured)", flush=True)
+    await set_pin(url, "auto")
 
 
 # What the adaptive policy thought, sampled through the day: enough to tell a wrong model
@@ -205,6 +256,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=30.0, help="seconds per oracle window (the day's minute)")
     p.add_argument("--warmup", type=float, default=5.0, help="arrivals before this are not reported")
     p.add_argument("--gap", type=float, default=12.0, help="idle seconds between policies")
+    p.add_argument(
+        "--prime",
+        type=float,
+        default=0.0,
+        help="seconds of the schedule's peak QPS sent to each engine before the measured slots (unmeasured)",
+    )
+    p.add_argument("--round", type=int, default=0, help="rotate the policy order by this many slots")
     p.add_argument(
         "--trace-every",
         type=float,

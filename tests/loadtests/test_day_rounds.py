@@ -1,0 +1,59 @@
+"""A compressed day in rounds: each round rotates the slot order, a policy named twice
+runs as an A/A, and the rounds combine into ratios with their spread."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.deploy.helpers import load_module
+
+GPU = Path(__file__).resolve().parents[2] / "loadtests" / "gpu"
+
+
+@pytest.fixture(scope="module")
+def rounds() -> ModuleType:
+    return load_module(GPU / "day_rounds.py", "specgate_day_rounds")
+
+
+def test_rounds_rotate_the_order_and_name_a_repeated_policy_apart() -> None:
+    import sys
+
+    sys.path.insert(0, str(GPU))
+    day = load_module(GPU / "day.py", "specgate_day")
+    slots = ["adaptive", "always-spec", "always-base", "adaptive"]
+    assert day.slot_order(slots, 0) == ["adaptive", "always-spec", "always-base", "adaptive#2"]
+    assert day.slot_order(slots, 1) == ["always-spec", "always-base", "adaptive#2", "adaptive"]
+    assert day.slot_order(slots, 5) == day.slot_order(slots, 1)
+    assert [day.base_name(s) for s in day.slot_order(slots, 2)] == [
+        "always-base",
+        "adaptive",
+        "adaptive",
+        "always-spec",
+    ]
+
+
+def _day(folder: Path, round_: int, order: list[str], tpot: dict[str, float]) -> Path:
+    folder.mkdir()
+    rows = [{"policy": p, "mean_tpot_ms": v} for p, v in tpot.items()] + [
+        {"policy": "oracle", "mean_tpot_ms": 1.0}
+    ]
+    (folder / "results.json").write_text(
+        json.dumps({"rows": rows, "meta": {"round": round_, "order": order}})
+    )
+    return folder
+
+
+def test_rounds_combine_into_ratios_with_their_spread(rounds: ModuleType, tmp_path: Path) -> None:
+    a = _day(tmp_path / "r0", 0, ["adaptive", "always-spec"], {"adaptive": 9.0, "always-spec": 8.0})
+    b = _day(tmp_path / "r1", 1, ["always-spec", "adaptive"], {"adaptive": 8.0, "always-spec": 8.0})
+    days = [rounds.load(a), rounds.load(b)]
+    c = rounds.combine(days)["adaptive ÷ always-spec"]
+    assert c["rounds"] == 2 and c["min"] == pytest.approx(1.0) and c["max"] == pytest.approx(1.125)
+    assert c["mean"] == pytest.approx((1.125 * 1.0) ** 0.5)
+    assert "adaptive ÷ always-base" not in rounds.combine(days)  # never ran
+    md = rounds.markdown(days)
+    assert "| 1 | always-spec, adaptive |" in md and "[1.000, 1.125]" in md

@@ -227,10 +227,36 @@ async def policy_stack(
     channel through a redis-server of their own."""
     async with contextlib.AsyncExitStack() as stack:
         peers_url = await stack.enter_async_context(redis_server(logdir, tag)) if peers else None
-        async with _policy_stack(
-            policy, scale, profile, max_num_seqs, seed, logdir, tag, replicas, peers_url
-        ) as st:
-            yield st
+        spec_port, base_port = free_port(), free_port()
+        gw_ports = [free_port() for _ in range(replicas)]
+        emu = Proc(
+            "emulator",
+            ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
+             "--time-scale", str(scale), "--profile", profile,
+             "--max-num-seqs", str(max_num_seqs), "--seed", str(seed)],
+            os.path.join(logdir, f"{tag}-emulator.log"),
+        )  # fmt: skip
+        gws = []
+        for i, port in enumerate(gw_ports):
+            name = tag if replicas == 1 else f"{tag}-{i}"
+            cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
+            with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+                cfg = gateway_config(port, spec_port, base_port, policy)
+                if peers_url is not None:
+                    cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
+                yaml.safe_dump(cfg, fh)
+            gws.append(
+                Proc(
+                    "gateway",
+                    ["serve", "--config", cfg_path, "--log-level", "WARNING"],
+                    os.path.join(logdir, f"{name}-gateway.log"),
+                )
+            )
+        async with running_stack(emu, gws, spec_port, base_port, gw_ports) as urls:
+            await asyncio.sleep(1.5)
+            if peers_url is not None:
+                await peers_joined(urls)
+            yield Stack(urls, [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"])
 
 
 async def peers_joined(urls: Sequence[str], timeout_s: float = 20.0) -> None:
@@ -290,47 +316,3 @@ async def redis_server(logdir: str, tag: str, timeout_s: float = 20.0) -> AsyncI
             proc.terminate()
             await proc.wait()
         shutil.rmtree(sockdir, ignore_errors=True)
-
-
-@asynccontextmanager
-async def _policy_stack(
-    policy: str,
-    scale: float,
-    profile: str,
-    max_num_seqs: int,
-    seed: int,
-    logdir: str,
-    tag: str,
-    replicas: int,
-    peers_url: str | None,
-) -> AsyncIterator[Stack]:
-    spec_port, base_port = free_port(), free_port()
-    gw_ports = [free_port() for _ in range(replicas)]
-    emu = Proc(
-        "emulator",
-        ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
-         "--time-scale", str(scale), "--profile", profile,
-         "--max-num-seqs", str(max_num_seqs), "--seed", str(seed)],
-        os.path.join(logdir, f"{tag}-emulator.log"),
-    )  # fmt: skip
-    gws = []
-    for i, port in enumerate(gw_ports):
-        name = tag if replicas == 1 else f"{tag}-{i}"
-        cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
-        with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-            cfg = gateway_config(port, spec_port, base_port, policy)
-            if peers_url is not None:
-                cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
-            yaml.safe_dump(cfg, fh)
-        gws.append(
-            Proc(
-                "gateway",
-                ["serve", "--config", cfg_path, "--log-level", "WARNING"],
-                os.path.join(logdir, f"{name}-gateway.log"),
-            )
-        )
-    async with running_stack(emu, gws, spec_port, base_port, gw_ports) as urls:
-        await asyncio.sleep(1.5)
-        if peers_url is not None:
-            await peers_joined(urls)
-        yield Stack(urls, [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"])

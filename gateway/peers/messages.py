@@ -133,51 +133,23 @@ def features_of(w: Witness) -> RequestFeatures:
     )
 
 
+# Learned's fields that copy an Outcome's one for one (all but the sender and the tag).
+_OUTCOME_FIELDS = tuple(k for k in Learned.model_fields if k not in ("r", "t"))
+
+
 def learned_of(replica: str, model: str, o: Outcome) -> Learned | None:
     """The outcome as a message (None when a field is out of the wire's range)."""
-    extra = {k[:64]: v for k, v in list(o.extra.items())[:16] if math.isfinite(v)}
+    fields = {k: getattr(o, k) for k in _OUTCOME_FIELDS}
+    fields.update(
+        model=model,
+        kind=o.kind[:32],
+        extra={k[:64]: v for k, v in list(o.extra.items())[:16] if math.isfinite(v)},
+    )
     try:
-        return Learned(
-            r=replica,
-            model=model,
-            route=o.route,
-            engine=o.engine,
-            kind=o.kind[:32],
-            temperature=o.temperature,
-            ok=o.ok,
-            prompt_tokens=o.prompt_tokens,
-            completion_tokens=o.completion_tokens,
-            ttft_s=o.ttft_s,
-            tpot_s=o.tpot_s,
-            lookup_acceptance=o.lookup_acceptance,
-            reported_acceptance_rate=o.reported_acceptance_rate,
-            reported_mean_acceptance_length=o.reported_mean_acceptance_length,
-            probe=o.probe,
-            steps=o.steps,
-            predicted_tpot_s=o.predicted_tpot_s,
-            extra=extra,
-        )
+        return Learned(r=replica, **fields)
     except ValidationError:
         return None
 
 
 def outcome_of(m: Learned) -> Outcome:
-    return Outcome(
-        model=m.model,
-        route=m.route,
-        engine=m.engine,
-        kind=m.kind,
-        temperature=m.temperature,
-        ok=m.ok,
-        prompt_tokens=m.prompt_tokens,
-        completion_tokens=m.completion_tokens,
-        ttft_s=m.ttft_s,
-        tpot_s=m.tpot_s,
-        lookup_acceptance=m.lookup_acceptance,
-        reported_acceptance_rate=m.reported_acceptance_rate,
-        reported_mean_acceptance_length=m.reported_mean_acceptance_length,
-        probe=m.probe,
-        steps=m.steps,
-        predicted_tpot_s=m.predicted_tpot_s,
-        extra=dict(m.extra),
-    )
+    return Outcome(**{k: getattr(m, k) for k in _OUTCOME_FIELDS} | {"extra": dict(m.extra)})

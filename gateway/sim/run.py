@@ -436,9 +436,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
 
 def _regime(policy: object) -> tuple[bool, bool] | None:
     """What a leader publishes: (speculating, quiet)."""
-    if isinstance(policy, AdaptivePolicy):
-        return policy.mode.speculating, policy.quiet
-    return None
+    return policy.regime() if isinstance(policy, AdaptivePolicy) else None
 
 
 def _mode(policy: object) -> str | None:

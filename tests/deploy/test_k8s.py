@@ -460,25 +460,26 @@ def test_prometheus_operator_overlay_is_the_gpu_overlay_plus_monitors() -> None:
     assert base <= plus
 
 
-def test_engine_network_policy_component_admits_the_gateway_only(tmp_path: Path) -> None:
-    """Built into the GPU overlay through a throw-away overlay: it selects every engine pod,
-    admits the gateway pods on the engine ports, and nothing from arbitrary pods."""
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "namespace": "specgate",
-                # kustomize refuses absolute paths
-                "resources": [os.path.relpath(K8S / "overlays" / "gpu", tmp_path)],
-                "components": [os.path.relpath(K8S / "components" / "engine-network-policy", tmp_path)],
-            }
-        ),
-        encoding="utf-8",
-    )
+def with_component(tmp_path: Path, overlay: str, component: str, namespace: str | None = None) -> list[Doc]:
+    """An overlay with a component, built through a throw-away kustomization in
+    ``tmp_path``; every object validated."""
+    k: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    if namespace is not None:
+        k["namespace"] = namespace
+    # kustomize refuses absolute paths
+    k["resources"] = [os.path.relpath(K8S / "overlays" / overlay, tmp_path)]
+    k["components"] = [os.path.relpath(K8S / "components" / component, tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(k), encoding="utf-8")
     objs = kustomize.render(tmp_path)
     for obj in objs:
         validate(obj)
+    return objs
+
+
+def test_engine_network_policy_component_admits_the_gateway_only(tmp_path: Path) -> None:
+    """Built into the GPU overlay through a throw-away overlay: it selects every engine pod,
+    admits the gateway pods on the engine ports, and nothing from arbitrary pods."""
+    objs = with_component(tmp_path, "gpu", "engine-network-policy", namespace="specgate")
     (policy,) = find(objs, "NetworkPolicy")
     assert policy["metadata"]["namespace"] == "specgate"
     selector = policy["spec"]["podSelector"]["matchLabels"]
@@ -506,20 +507,7 @@ def test_peers_component_joins_the_replicas_through_its_redis(tmp_path: Path) ->
     """Built into the emulated overlay: the gateway's SPECGATE_PEERS__URL comes from the
     component's ConfigMap and addresses the component's Redis Service; without the
     component the reference is optional and the replicas run without a channel."""
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(K8S / "overlays" / "emulated", tmp_path)],
-                "components": [os.path.relpath(K8S / "components" / "peers", tmp_path)],
-            }
-        ),
-        encoding="utf-8",
-    )
-    objs = kustomize.render(tmp_path)
-    for obj in objs:
-        validate(obj)
+    objs = with_component(tmp_path, "emulated", "peers")
     container = one(objs, "Deployment", "specgate")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     ref = env["SPECGATE_PEERS__URL"]["valueFrom"]["configMapKeyRef"]

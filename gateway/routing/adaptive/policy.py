@@ -166,13 +166,10 @@ class AdaptivePolicy:
             pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s, self.context.mean()
         )
 
-        kind = features.kind if features.kind in KINDS else "chat"
-        prior_e, p_draft = self._prior(features)
+        kind, prior_e, p_draft, prior_q = self._enter_mix(features, now)
         blended, evidence = self.learner.blend(kind, features.temperature, prior_e, now)
         e = self._corrected(blended)
-        prior_q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
         q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
-        self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
         in_flight = engine_load(spec) + engine_load(base)
         device = self.shared.view(spec, base, now)
         shared = self._shared(now)
@@ -201,10 +198,8 @@ class AdaptivePolicy:
         ):
             self.mode.follow(True)  # the others lead to spec: follow (adaptive.shared)
             speculating = True
-        quiet = self._quiet_pair(in_flight)
-        if following and self.leader_quiet is not None:
-            quiet = self.leader_quiet  # one view of the load, or quiet and busy replicas split the pair
-        quiet = quiet and not shared
+        self._quiet_pair(in_flight)
+        quiet = self._regime_quiet() and not shared
         queued = (spec.stats.waiting or 0.0) > 0
         exploring = (
             not quiet
@@ -335,10 +330,7 @@ class AdaptivePolicy:
         replica's own arrivals. Its outcome comes through :meth:`observe`. Returns the route
         whose streams move now, when the mode flipped (as ``Decision.move_from``)."""
         self._peered_until = now + PEER_HOLD_S
-        kind = features.kind if features.kind in KINDS else "chat"
-        prior_e, p_draft = self._prior(features)
-        prior_q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
-        self.mix.add(MixEntry(now, self.learner.key(kind, features.temperature), prior_e, prior_q))
+        kind, prior_e, p_draft, prior_q = self._enter_mix(features, now)
         if route is Route.SPEC:
             blended, _ = self.learner.blend(kind, features.temperature, prior_e, now)
             q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
@@ -368,6 +360,23 @@ class AdaptivePolicy:
         self.leader_mode = speculating
         return self._flip_moves(was)
 
+    def _enter_mix(self, f: RequestFeatures, now: float) -> tuple[str, float, float, float]:
+        """A request routed by policy (this replica's or a peer's) joins the traffic the
+        regimes are priced on: returns its class, prior tokens per step, prior chance of a
+        draft and prior verified tokens per step."""
+        kind = f.kind if f.kind in KINDS else "chat"
+        prior_e, p_draft = self._prior(f)
+        prior_q = 1.0 + p_draft * self.k if self.method in NGRAM_METHODS else float(self.k + 1)
+        self.mix.add(MixEntry(now, self.learner.key(kind, f.temperature), prior_e, prior_q))
+        return kind, prior_e, p_draft, prior_q
+
+    def _regime_quiet(self) -> bool:
+        """Whether the pair counts as quiet: the leader's view while following one (quiet
+        and busy replicas would split the pair), else this replica's (:meth:`_quiet_pair`)."""
+        if self.leader_mode is not None and self.leader_quiet is not None:
+            return self.leader_quiet
+        return self._quiet
+
     def regime(self) -> tuple[bool, bool]:
         """(speculating, quiet): what this replica tells the others while it leads."""
         return self.mode.speculating, self._quiet
@@ -376,12 +385,7 @@ class AdaptivePolicy:
         """The route whose streams move after a flip outside this replica's decisions (a
         peer's request, the leader's word): none on a quiet pair, whose requests pick their
         engine one by one, or without ``move_on_flip``."""
-        quiet = (
-            self.leader_quiet
-            if self.leader_mode is not None and self.leader_quiet is not None
-            else self._quiet
-        )
-        if was == self.mode.speculating or quiet or not self.cfg.move_on_flip:
+        if was == self.mode.speculating or self._regime_quiet() or not self.cfg.move_on_flip:
             return None
         self._routing = Route.SPEC if self.mode.speculating else Route.BASE  # moved: no handover
         return self._routing.other
@@ -425,11 +429,6 @@ class AdaptivePolicy:
         for minutes, and evidence scaled by their whole life held a flip back for as long
         (a 2x slower GPU on the copy-heavy day: 330 s on the wrong regime)."""
         return self._decode_s if self.cfg.move_on_flip else self._duration_s
-
-    @property
-    def quiet(self) -> bool:
-        """Whether the pair is quiet, as this replica judges it (:meth:`_quiet_pair`)."""
-        return self._quiet
 
     def _quiet_pair(self, in_flight: float) -> bool:
         """Whether the pair is quiet: so few requests in flight that it idles often. Then a

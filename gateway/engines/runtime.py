@@ -25,6 +25,7 @@ from gateway.routing.types import (
     EngineView,
     ModelView,
     Outcome,
+    PairBound,
     PairView,
     Policy,
     RequestFeatures,
@@ -197,6 +198,9 @@ class ModelRuntime:
         for p in self.pairs:
             self.engines[p.spec.name] = p.spec
             self.engines[p.base.name] = p.base
+        if self.pairs and isinstance(self.policy, PairBound):  # before any answer arrives
+            spec = self.pairs[0].spec.config
+            self.policy.bind(spec.method, spec.k)
 
     @property
     def name(self) -> str:

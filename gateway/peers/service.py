@@ -88,7 +88,11 @@ class PeerService:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Join the channel; the first lease attempt is made here (bounded by the channel's
+        timeout), so a replica knows whether it leads once started, and of two replicas
+        started one after the other the first leads."""
         await self.bus.start()
+        await self.tick()
         self._tasks = [
             asyncio.create_task(self._send_loop(), name="peers-send"),
             asyncio.create_task(self._receive_loop(), name="peers-receive"),
@@ -237,8 +241,8 @@ class PeerService:
 
     async def _lead_loop(self) -> None:
         while True:
-            await self.tick()
             await asyncio.sleep(self.cfg.lease_s / 3.0)
+            await self.tick()
 
     async def tick(self) -> None:
         """Renew (or take) the lease, publish the regimes while leading, send this

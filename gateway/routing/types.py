@@ -46,7 +46,7 @@ class Reason(StrEnum):
     HANDOVER = "handover"  # a flip waits for the old engine to idle
     IDLE_PAIR = "idle_pair"  # a quiet pair, both engines idle: the engine faster for this request
     JOIN_RUNNING = "join_running"  # a quiet pair, one engine running: joined it (no split)
-    EXPLORE = "explore"  # measuring the plain engine once: its step time was only assumed
+    EXPLORE = "explore"  # measuring an engine once where its step time was only assumed
     # static policies
     STATIC = "static"
     LOW_TEMPERATURE = "low_temperature"
@@ -244,6 +244,15 @@ class Policy(Protocol):
     def snapshot(self) -> dict[str, object]:
         """JSON-serialisable state for GET /admin/state and the telemetry collector."""
         ...
+
+
+@runtime_checkable
+class PairBound(Protocol):
+    """A policy whose learning depends on the pair's speculative method (an n-gram replay of
+    the answers teaches an n-gram pair only): told it when the model's runtime is built,
+    before any answer arrives (a pinned request's, a peer's)."""
+
+    def bind(self, method: str | None, k: int) -> None: ...
 
 
 @runtime_checkable

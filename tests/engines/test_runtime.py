@@ -7,6 +7,7 @@ import pytest
 from gateway.config import load_config
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.engines.stats import ScrapeState
+from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import EngineStats, Route, RouteOverride
 from tests.fakes import FakeClock
@@ -84,3 +85,14 @@ def test_pinned_route_is_in_the_view_and_state() -> None:
     assert m.view(clock.t).pinned is RouteOverride.BASE
     state = m.state(clock.t)
     assert state["pinned"] == "base" and state["policy_state"] == {"policy": "always-spec"}
+
+
+def test_a_policy_learns_the_pairs_method_when_the_runtime_is_built() -> None:
+    """Before any request: a pinned request's answer or a peer's is then learned as the
+    pair's method says (an EAGLE-3 pair is not taught by the n-gram replay)."""
+    cfg = load_config(
+        None, env={}, overrides={"models.0.pairs.0.spec.method": "eagle3", "models.0.pairs.0.spec.k": 3}
+    )
+    policy = AdaptivePolicy(cfg.models[0].routing)
+    ModelRuntime.from_config(cfg.models[0], policy)
+    assert (policy.method, policy.k) == ("eagle3", 3)

@@ -11,8 +11,8 @@ Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules
    step; a change of traffic ends the window, :mod:`.mix`), the pair's whole load, and
    step times of both engines from the calibration profile, scaled per load by their
    measured step time ÷ the profile's, the part common to both engines (the device) read
-   from either (:mod:`.stepscale`); an engine only assumed so is explored once
-   (:meth:`AdaptivePolicy._explore`);
+   from either (:mod:`.stepscale`); an engine only assumed so at the load is run there
+   once (:mod:`.explore`);
 3. both engines on one device timeline (:mod:`gateway.routing.adaptive.costmodel`): the
    predicted speed-up of serving the traffic on spec rather than on plain, which
    counts what each request costs the others (they share the batch and the device),
@@ -53,6 +53,7 @@ from gateway.routing.acceptance import KindLearner, ngram_prior, prior_tokens_pe
 from gateway.routing.adaptive.calibration import LatencyBias
 from gateway.routing.adaptive.context import ContextTracker
 from gateway.routing.adaptive.costmodel import RegimeCosts, regime_costs
+from gateway.routing.adaptive.explore import Explorer
 from gateway.routing.adaptive.live import LiveCorrections, engine_load
 from gateway.routing.adaptive.mix import MixEntry, MixPrice, TrafficMix
 from gateway.routing.adaptive.modes import ModeTracker, Prober
@@ -88,14 +89,6 @@ _LOAD_DRIFT = 0.25
 _LOAD_DRIFT_FLOOR = 8.0
 _LOAD_HORIZON_S = 300.0  # how far back loads are kept (longer requests are not judged)
 _PROBE_MIN_E = 1.5  # probes go to requests that would show whether speculation pays
-# Exploring the plain engine whose step time is only assumed (see .live): once the spec
-# engine's own step fit has settled (this many fits) and reads the profile this far off
-# (another GPU: 1.2-2 x; the profile's own error across loads stays within ~10 %), and
-# only while the spec engine queues nothing (on a saturated pair a flip moves a queue).
-_EXPLORE_AFTER_FITS = 3
-_EXPLORE_OFF = 0.20
-_EXPLORE_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
-_EXPLORE_RETRY_S = 300.0
 # A peer heard from within this long (a witnessed request, a leader's regime) makes the
 # channel live: the pair is then priced on the whole cluster's traffic and requests.
 PEER_HOLD_S = 10.0
@@ -121,8 +114,9 @@ class AdaptivePolicy:
         self.prober = Prober(self.cfg.probe_share, self.cfg.probe_interval_s)
         self.recent: deque[dict[str, object]] = deque(maxlen=max(1, self.cfg.recent_decisions))
         self.reasons: Counter[str] = Counter()
-        self.method = "ngram"
+        self.method = "ngram"  # the spec engine's, as configured (bind)
         self.k = DEFAULT_K
+        self._bound = False
         # Recent eligible traffic (what the regimes are priced on).
         self.mix = TrafficMix(self.cfg.mix_window_s, self.cfg.mix_min_requests, self.cfg.mix_change_z)
         self.live = LiveCorrections(
@@ -140,7 +134,7 @@ class AdaptivePolicy:
         # (time, requests in flight) at each decision, for as long as a request may live
         self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
         self.shared = SharedPair()  # other gateway replicas' requests on the same pair
-        self._explore_until = -math.inf  # an exploration of the plain engine runs until then
+        self.explorer = Explorer()  # an engine whose step time is only assumed is run once
         # Peers (:mod:`.peers`): the regime the cluster's leader published (None: this
         # replica decides it), and until when the peer channel counts as live.
         self.leader_mode: bool | None = None
@@ -150,13 +144,12 @@ class AdaptivePolicy:
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
         pre = apply_hard_rules(features, view)
+        self.bind(pre.pair.spec.method, pre.pair.spec.k)  # as configured, on every request
         if pre.decision is not None:
             self.shared.record(now, pre.pair.spec, pre.pair.base, pre.decision.route)
             return self._record(features, pre.decision, now, None)
         pair = pre.pair
         spec, base = pair.spec, pair.base
-        self.method = (spec.method or "ngram").lower()
-        self.k = spec.k if spec.k > 0 else DEFAULT_K
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
         # A change point needs the traffic: a replica on a shared pair sees a share of it,
@@ -201,15 +194,26 @@ class AdaptivePolicy:
         self._quiet_pair(in_flight)
         quiet = self._regime_quiet() and not shared
         queued = (spec.stats.waiting or 0.0) > 0
-        exploring = (
-            not quiet
-            and not shared
-            and not following
-            and self._explore(now, speculating=speculating, queued=queued)
-        )
-        if exploring:
-            self.mode.follow(False)
-            speculating = False
+        explored: bool | None = None  # the engine being explored (True: spec), if one is
+        if not quiet and not shared and not following:
+            explorer, scales = self.explorer, self.live.scales
+            if explorer.plain(
+                scales, now, speculating=speculating, queued=queued, scale_spec=self.live.scale_spec
+            ):
+                explored = False
+            elif explorer.spec(
+                scales,
+                now,
+                speculating=speculating,
+                load=load,
+                could_pay=1.0 / self._inv_e_mix() > self.mode.upper,
+                headroom=math.log(self.mode.upper / max(speedup, 1e-6)),
+            ):
+                explored = True
+        exploring = explored is not None
+        if explored is not None:
+            speculating = explored
+            self.mode.follow(speculating)
         # A flip of the regime by evidence (not a quiet pair following its device): the old
         # engine's streams move to the new one where the gateway can (move_on_flip).
         moving = self.cfg.move_on_flip and speculating != was and not quiet
@@ -234,7 +238,7 @@ class AdaptivePolicy:
         elif self._handover(target, pair, now, moving=moving):
             route, reason = target.other, Reason.HANDOVER
         elif exploring:
-            route, reason = Route.BASE, Reason.EXPLORE
+            route, reason = target, Reason.EXPLORE
         elif speculating:
             route = Route.SPEC
             reason = (
@@ -283,6 +287,18 @@ class AdaptivePolicy:
             move_from=target.other if moving else None,
         )
         return self._record(features, d, now, e)
+
+    def bind(self, method: str | None, k: int) -> None:
+        """The spec engine's method and k (:class:`~gateway.routing.types.PairBound`): what
+        an answer teaches depends on them. Bound only at the first request the policy
+        routed itself, a gateway whose first requests were pinned (an operator's
+        ``/admin/route``, a benchmark's static slots) learned an EAGLE-3 pair's acceptance
+        from the n-gram replay of its answers, and the drafts per step with it: it priced
+        verification at 2.3-3.3 x the drafts the engine made and left spec at the peak of a
+        real H200 day (round 7). Until bound, answers teach nothing."""
+        self.method = (method or "ngram").lower()
+        self.k = k if k > 0 else DEFAULT_K
+        self._bound = True
 
     def _assess(
         self, spec_load: float, base_load: float, now: float, *, following: bool
@@ -389,37 +405,6 @@ class AdaptivePolicy:
             return None
         self._routing = Route.SPEC if self.mode.speculating else Route.BASE  # moved: no handover
         return self._routing.other
-
-    def _explore(self, now: float, *, speculating: bool, queued: bool) -> bool:
-        """Whether the plain engine is being explored: measured once, because its step time
-        is only assumed from the spec engine's (:mod:`.live`).
-
-        The assumption (the device, not the engine, is off the profile: :mod:`.stepscale`)
-        keeps a pair on a slower GPU from flipping to the idle engine on an error common to
-        both, but it would also keep a spec engine that is slow for reasons of its own (a
-        dear drafter) from ever being compared with plain. So once the spec engine's fit
-        has settled off the profile, the pair runs plain until its step time is measured
-        (at most ``_EXPLORE_MAX_S``; never on a saturated pair), and the evidence then
-        decides as usual: on a slower GPU it flips back within seconds, behind a slow
-        drafter it stays. One exploration per assumption; an engine measured is never
-        assumed again."""
-        live = self.live
-        if now < self._explore_until:
-            if live.scales.assumed(spec=False):
-                return True
-            self._explore_until = -math.inf  # measured: the evidence decides from here
-            return False
-        if (
-            speculating
-            and not queued
-            and live.scales.assumed(spec=False)
-            and live.scales.fits[True] >= _EXPLORE_AFTER_FITS
-            and abs(math.log(live.scale_spec)) > math.log1p(_EXPLORE_OFF)
-            and now >= self._explore_until + _EXPLORE_RETRY_S
-        ):
-            self._explore_until = now + _EXPLORE_MAX_S
-            return True
-        return False
 
     def _drain_s(self) -> float:
         """How long a flip's drain lasts: the old engine's requests run to their end, queue
@@ -600,6 +585,8 @@ class AdaptivePolicy:
             self._duration_s += 0.05 * (outcome.ttft_s + decode - self._duration_s)
             self._decode_s += 0.05 * (decode - self._decode_s)
         kind = outcome.kind if outcome.kind in KINDS else "chat"
+        if not self._bound:
+            return  # the pair's method is not known yet: nothing to attribute the answer to
         if self.method in NGRAM_METHODS:
             if outcome.lookup_acceptance is not None:
                 self.learner.observe(kind, outcome.temperature, outcome.lookup_acceptance * self.k, now)

@@ -37,6 +37,7 @@ _PRIOR_WEIGHT = 1.0  # fits of the device factor a load's reading is shrunk towa
 
 
 _NEAR_BINS = 2  # the offset compares the engines only where both ran within an octave
+_NEAR_WEIGHT = 0.5  # an engine counts as measured at a load while its fits there weigh this
 
 
 def _kernel(d: int, floor: float = _KERNEL_FLOOR) -> float:
@@ -69,6 +70,31 @@ class StepScales:
         """Whether the engine was never measured while the other was: its scale is then the
         other's (the device's), an assumption only measuring it can check."""
         return self.fits[spec] == 0 and self.fits[not spec] > 0
+
+    def measured_near(self, spec: bool, load: float, now: float) -> bool:
+        """Whether the engine was measured lately within an octave of ``load``: at least
+        one recent fit's weight (decayed) in the bins there."""
+        at = load_bin(load)
+        weight = 0.0
+        for (s, b), t in self.tracks.items():
+            if s is spec and abs(b - at) <= _NEAR_BINS:
+                t.decay(now, self.tau_s)
+                weight += t.weight
+        return weight >= _NEAR_WEIGHT
+
+    def cheaper(self, spec: bool, now: float) -> float | None:
+        """How much cheaper than the profile the engine was measured at any load: the
+        largest -log(measured ÷ profile) of its load bins, 0 if it never read below the
+        profile (None: never measured)."""
+        if self.fits[spec] == 0:
+            return None
+        best = 0.0
+        for (s, _), t in self.tracks.items():
+            if s is spec:
+                t.decay(now, self.tau_s)
+                if t.weight > 0:
+                    best = max(best, -t.total / t.weight)
+        return best
 
     def _read(self, spec: bool, at: int, near: bool = False) -> tuple[float, float]:
         """(Σ kernel × total, Σ kernel × weight) of one engine's tracks around bin ``at``

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.adaptive.policy import LOOKUP_DRAFTS_KEY
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import build_policy
 from gateway.routing.rules import NoEngineAvailable
@@ -704,3 +705,36 @@ def test_a_change_of_traffic_flips_within_a_few_of_its_requests() -> None:
     # the third chat request ends the window; the evidence then takes ~3 s (9 vs 15)
     quick, slow = requests_to_fallback(4.0), requests_to_fallback(0.0)
     assert quick <= 10 and slow - quick >= 5
+
+
+def test_answers_to_pinned_requests_teach_the_pairs_own_method() -> None:
+    """A gateway whose first requests are pinned (an operator's /admin/route, a
+    benchmark's static slots) learns from their answers as the pair's method says: an
+    EAGLE-3 pair learns its reported acceptance, not the n-gram replay of the answers
+    (round 7 on a real H200: learned as n-gram, the pair priced verification at 2.3-3.3 x
+    the drafts its engine made and left spec at the peak)."""
+    eagle = with_(SPEC, method="eagle3", k=3)
+    pinned = replace(view(eagle), pinned=RouteOverride.SPEC)
+    p = policy()
+    for i in range(50):
+        d = p.decide(EDIT, pinned, float(i))
+        assert d.reason == Reason.PINNED
+        p.observe(
+            Outcome(
+                "m",
+                Route.SPEC,
+                "spec",
+                "edit",
+                0.0,
+                ok=True,
+                lookup_acceptance=0.95,  # the answer copies the prompt: n-gram would accept
+                reported_mean_acceptance_length=1.6,  # what EAGLE-3 accepted
+                extra={LOOKUP_DRAFTS_KEY: 0.5},
+            ),
+            float(i),
+        )
+    p.decide(EDIT, view(eagle), 50.0)
+    snap = p.snapshot()
+    assert snap["method"] == "eagle3" and snap["k"] == 3
+    assert snap["learned"]["edit/t0"]["tokens_per_step"] == pytest.approx(1.6, abs=0.05)  # type: ignore[index]
+    assert snap["mix_verified_tokens_per_step"] == pytest.approx(4.0)  # k + 1 drafts verified

@@ -1,0 +1,130 @@
+"""Explorations: an engine whose step time at the pair's load is only assumed is run there
+once, on purpose, so that the evidence compares two measurements instead of one
+measurement and an assumption.
+
+Each engine's step time is measured only while it runs alone on the device, so only
+the engine of the regime is measured, and only at the loads the regime met
+(:mod:`.stepscale`). What the other engine would cost there is extrapolated: from the
+device factor its partner showed, and from the offset between the two engines where
+both ran at neighbouring loads. Two extrapolations can hold a pair on the wrong engine
+for good, and each has its exploration:
+
+* **plain, assumed from spec** (:meth:`Explorer.plain`): the spec engine's fit settled
+  far off the profile and plain was never measured. The offset is taken as the
+  device's, which keeps a pair on a slower GPU from flipping on an error common to both
+  engines, but would also keep a spec engine slow for reasons of its own (a dear
+  drafter) from ever being compared with plain. So the pair runs plain until plain is
+  measured, once per assumption, never while spec queues (a flip would move a queue).
+* **spec, at a load it never ran at** (:meth:`Explorer.spec`): the pair sits on plain at
+  a load where plain was measured and spec was not (a day's peak reached in fallback).
+  Spec's price there is the profile's shape scaled by what was measured elsewhere, and
+  a drafter's verification at large batches is where profiles err most (EAGLE-3 on an
+  H200: predicted 0.6-0.7 x plain's speed where it ran 10-25 % faster). Probes cannot
+  tell: they wait for an idle plain engine, and a saturated pair has none. So the pair
+  runs spec until spec is measured near that load, once per load octave and retry
+  period, for at most ``SPEC_MAX_S``; the evidence then decides as usual. Only where
+  the step time could decide: not for traffic that accepts too little to pay at any
+  step time (hot open chat behind n-gram), and not where spec was measured as the
+  profile says or dearer (the extrapolation is then right or flatters it); see
+  :meth:`Explorer.spec`.
+
+Both are bounded in time and rate: the cost of a wrong exploration is its duration on
+the slower engine and two flips (the streams moved each way), per retry period. In the
+simulator an exploration of spec near break-even at a load step cost 1.5-2 % of a
+12-minute run, which is why spec is explored only where its measurements give a reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, load_bin
+from gateway.routing.adaptive.stepscale import StepScales
+
+PLAIN_AFTER_FITS = 3  # spec's own fit has settled (this many fits)...
+PLAIN_OFF = 0.20  # ...this far off the profile (another GPU: 1.2-2 x; the profile's own error: ~10 %)
+PLAIN_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
+RETRY_S = 300.0
+SPEC_MAX_S = 15.0  # a fit needs the engine alone for a scrape window (10 s) after the drain
+EXTRAPOLATION = 2.0  # spec's cheapness at the peak ÷ at the loads it ran (see Explorer.spec)
+FIT_NOISE = math.log1p(0.05)  # cheapness within this of the profile is the fits' noise
+
+
+@dataclass
+class Explorer:
+    """When an engine is being explored (see the module's docstring)."""
+
+    plain_until: float = -math.inf
+    spec_until: float = -math.inf
+    # per load octave, when spec was last explored there
+    spec_tried: dict[int, float] = field(default_factory=dict)
+
+    def plain(
+        self, scales: StepScales, now: float, *, speculating: bool, queued: bool, scale_spec: float
+    ) -> bool:
+        """Whether the plain engine is being explored now (the pair then runs plain)."""
+        if now < self.plain_until:
+            if scales.assumed(spec=False):
+                return True
+            self.plain_until = -math.inf  # measured: the evidence decides from here
+            return False
+        if (
+            speculating
+            and not queued
+            and scales.assumed(spec=False)
+            and scales.fits[True] >= PLAIN_AFTER_FITS
+            and abs(math.log(scale_spec)) > math.log1p(PLAIN_OFF)
+            and now >= self.plain_until + RETRY_S
+        ):
+            self.plain_until = now + PLAIN_MAX_S
+            return True
+        return False
+
+    def spec(
+        self,
+        scales: StepScales,
+        now: float,
+        *,
+        speculating: bool,
+        load: float,
+        could_pay: bool,
+        headroom: float,
+    ) -> bool:
+        """Whether the spec engine is being explored now (the pair then runs spec).
+
+        ``could_pay``: whether the traffic's acceptance could pay for speculation at any
+        step time (a spec step costs at least a plain one at the same batch, so the tokens
+        a step yields bound the speed-up); if not, measuring spec decides nothing.
+        ``headroom``: log(the speed-up spec must show ÷ the one predicted), how far off
+        the prediction would have to be for spec to pay here (at most 0: the evidence
+        takes the pair there anyway). Where spec ran, its price at another load is
+        extrapolated by its measured ÷ profile ratio. What a drafter adds to a step grows
+        with the batch, so a spec engine measured dearer than the profile at the loads it
+        ran is dearer still at a larger batch (the extrapolation flatters it: no need to
+        look), and one measured cheaper is cheaper still, by about as much again. So an
+        engine measured elsewhere is explored only if the headroom is within twice how
+        much cheaper than the profile it was seen, beyond the fits' noise (5 %: at a
+        break-even peak, exploring on noise cost a simulated near-saturated day 9 %);
+        one never measured is explored (its step time anywhere is an assumption).
+        """
+        if now < self.spec_until:
+            if not scales.measured_near(True, load, now):
+                return True
+            self.spec_until = -math.inf  # measured near the load: the evidence decides
+            return False
+        octave = load_bin(load) // BINS_PER_OCTAVE
+        cheaper = scales.cheaper(True, now)
+        if (
+            not speculating
+            and could_pay
+            and headroom > 0.0
+            and (cheaper is None or headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE))
+            and scales.measured_near(False, load, now)
+            and not scales.measured_near(True, load, now)
+            and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S
+        ):
+            self.spec_tried[octave] = now
+            self.spec_until = now + SPEC_MAX_S
+            return True
+        return False

@@ -1,0 +1,162 @@
+"""Explorations (:mod:`gateway.routing.adaptive.explore`): an engine whose step time at the
+pair's load is only assumed is run there once, bounded in time and rate."""
+
+from __future__ import annotations
+
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.adaptive.explore import RETRY_S, SPEC_MAX_S, Explorer
+from gateway.routing.adaptive.stepscale import StepScales
+from gateway.routing.config import RoutingConfig
+from gateway.routing.types import Decision, Reason, RequestFeatures, Route
+from tests.routing.conftest import CHAT_HOT, SUMMARY, engine, view, with_
+
+SPEC, BASE = engine(Route.SPEC), engine(Route.BASE)
+EDIT_WARM = RequestFeatures("m", temperature=0.7, overlap=0.85, kind="edit")
+MODERATE = (EDIT_WARM, SUMMARY)  # accepts enough that step times decide
+WARM = (EDIT_WARM, CHAT_HOT, SUMMARY)  # ...and on the profile, plain wins at a batch of 128
+
+
+def scales_with(
+    spec_loads: tuple[float, ...], plain_loads: tuple[float, ...], now: float, spec_ratio: float = 0.8
+) -> StepScales:
+    """Step fits at those loads: plain as the profile, spec ``spec_ratio`` x the profile
+    (by default cheaper, as EAGLE-3 on vLLM 0.26.0 against the H200 profile)."""
+    s = StepScales()
+    for load in spec_loads:
+        s.observe(True, load, spec_ratio, now)
+    for load in plain_loads:
+        s.observe(False, load, 1.0, now)
+    return s
+
+
+def ask(x: Explorer, s: StepScales, now: float, load: float = 32.0, **kw: object) -> bool:
+    """Explorer.spec for a pair in fallback (by default: traffic that could pay, and a
+    prediction 5 % short of what spec must show)."""
+    args: dict[str, object] = {"speculating": False, "could_pay": True, "headroom": 0.05} | kw
+    return x.spec(s, now, load=load, **args)  # type: ignore[arg-type]
+
+
+def test_spec_is_explored_where_only_plain_ran_until_measured_there() -> None:
+    s = scales_with((4.0,), (32.0,), 0.0)
+    x = Explorer()
+    assert ask(x, s, 1.0)
+    assert ask(x, s, 2.0, speculating=True)  # under way: still unmeasured here
+    s.observe(True, 32.0, 0.8, 3.0)
+    assert not ask(x, s, 3.5, speculating=True)  # measured: over, the evidence decides
+
+
+def test_a_spec_exploration_ends_after_its_bound_and_waits_per_load_octave() -> None:
+    s = scales_with((4.0,), (32.0, 64.0), 0.0)
+    x = Explorer()
+    assert ask(x, s, 0.0)
+    assert ask(x, s, SPEC_MAX_S - 0.1, speculating=True)
+    # nothing measured by the bound: over, and not again in this octave for a while
+    assert not ask(x, s, SPEC_MAX_S)
+    assert not ask(x, s, RETRY_S - 1.0, load=40.0)
+    # another octave is another question
+    assert ask(x, s, SPEC_MAX_S + 1.0, load=64.0)
+    s2 = scales_with((4.0,), (32.0,), RETRY_S)  # plain measured again, spec still not
+    assert ask(x, s2, RETRY_S + 1.0)
+
+
+def test_spec_is_not_explored_where_it_could_not_pay_or_already_runs_or_was_measured() -> None:
+    s = scales_with((4.0,), (32.0,), 0.0)
+    assert not ask(Explorer(), s, 1.0, could_pay=False)
+    assert not ask(Explorer(), s, 1.0, speculating=True)
+    # spec measured near this load (within an octave), or plain not measured here
+    assert not ask(Explorer(), scales_with((24.0,), (32.0,), 0.0), 1.0)
+    assert not ask(Explorer(), scales_with((4.0,), (4.0,), 0.0), 1.0)
+
+
+def test_a_spec_engine_as_cheap_or_dearer_than_the_profile_where_it_ran_is_trusted_where_it_did_not() -> None:
+    """What a drafter adds to a step grows with the batch: measured dearer than the profile
+    where it ran, spec is dearer still at a larger batch, and the extrapolation flatters
+    it (not explored); measured cheaper, it is cheaper still, and a prediction that misses
+    paying by up to twice that (beyond the fits' noise) is explored."""
+    cheaper = scales_with((4.0,), (32.0,), 0.0, spec_ratio=0.8)  # log 1.25 = 0.22 cheaper
+    assert ask(Explorer(), cheaper, 1.0, headroom=0.30)
+    assert not ask(Explorer(), cheaper, 1.0, headroom=0.40)
+    for ratio in (1.0, 0.97, 1.5):  # on the profile (within its noise), or dearer
+        assert not ask(Explorer(), scales_with((4.0,), (32.0,), 0.0, spec_ratio=ratio), 1.0, headroom=0.01)
+
+
+def test_spec_predicted_to_pay_is_left_to_the_evidence() -> None:
+    assert not ask(Explorer(), scales_with((4.0,), (32.0,), 0.0), 1.0, headroom=0.0)
+    assert not ask(Explorer(), scales_with((), (32.0,), 0.0), 1.0, headroom=-0.1)
+
+
+def test_an_engine_never_measured_is_explored_however_far_the_prediction() -> None:
+    never = scales_with((), (32.0,), 0.0)
+    assert never.cheaper(True, 0.0) is None
+    assert ask(Explorer(), never, 1.0, headroom=2.0)
+
+
+def _closed_loop(
+    p: AdaptivePolicy,
+    traffic: tuple[RequestFeatures, ...],
+    factors: dict[Route, float],
+    load: float,
+    t0: float,
+    seconds: int,
+) -> list[Decision]:
+    """``seconds`` of traffic, 10 requests a second; each second the engine the pair's last
+    request went to runs ``load`` - 1 requests alone, with steps ``factors[route]`` x the
+    profile's (a new scrape every second): the device runs what the policy routes."""
+    out: list[Decision] = []
+    running = Route.BASE
+    n = int(load) - 1
+    for i in range(seconds):
+        if running is Route.SPEC:
+            ms = p.steps.step_ms(load, p._q_mix()) + p.steps.spec_extra_ms("ngram", p.k, load)
+            step_s = factors[Route.SPEC] * ms / 1000 + i * 1e-9
+            mv = view(with_(SPEC, inflight=n, step_s=step_s), with_(BASE, inflight=0))
+        else:
+            step_s = factors[Route.BASE] * p.steps.step_ms(load, 1.0) / 1000 + i * 1e-9
+            mv = view(with_(SPEC, inflight=0), with_(BASE, inflight=n, step_s=step_s))
+        for j in range(10):
+            out.append(p.decide(traffic[j % len(traffic)], mv, t0 + i + j / 10))
+        running = out[-1].route
+    return out
+
+
+def _pair_in_fallback_at_peak(traffic: tuple[RequestFeatures, ...]) -> tuple[AdaptivePolicy, float]:
+    """Both engines measured at a batch of 9: spec's steps 1.6 x the profile's (a dear
+    drafter), plain's as the profile. The pair is then at a batch of 64 on plain, where
+    spec never ran."""
+    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    _closed_loop(p, traffic, {Route.SPEC: 1.6, Route.BASE: 1.0}, 9.0, 0.0, 20)
+    return p, 20.0
+
+
+def _explorations(decisions: list[Decision]) -> int:
+    starts = 0
+    for a, b in zip([None, *decisions], decisions, strict=False):
+        if b.reason == Reason.EXPLORE and (a is None or a.reason != Reason.EXPLORE):
+            starts += 1
+    return starts
+
+
+def test_a_spec_engine_never_measured_is_run_at_the_peak_and_keeps_the_traffic_if_cheaper() -> None:
+    """EAGLE-3 on an H200 (round 6): the pair reached the peak on plain, where the profile
+    prices spec's verification far dearer than the engine pays, and spec never ran alone.
+    Spec is run once (the plain engine's streams move), measured cheap, and kept."""
+    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    decisions = _closed_loop(p, WARM, {Route.SPEC: 0.7, Route.BASE: 1.0}, 128.0, 0.0, 60)
+    explored = [d for d in decisions if d.reason == Reason.EXPLORE]
+    assert explored and all(d.route is Route.SPEC for d in explored)
+    assert explored[0].move_from is Route.BASE
+    assert len(explored) < SPEC_MAX_S * 10  # measured before the bound
+    assert p.mode.speculating and decisions[-1].route is Route.SPEC
+
+
+def test_a_spec_engine_dearer_than_the_profile_where_it_ran_is_not_explored_at_the_peak() -> None:
+    p, t = _pair_in_fallback_at_peak(MODERATE)
+    decisions = _closed_loop(p, MODERATE, {Route.SPEC: 1.6, Route.BASE: 1.0}, 64.0, t, 60)
+    assert _explorations(decisions) == 0
+    assert not p.mode.speculating and decisions[-1].route is Route.BASE
+
+
+def test_traffic_that_could_not_pay_for_speculation_never_explores_spec() -> None:
+    p, t = _pair_in_fallback_at_peak((CHAT_HOT,))
+    decisions = _closed_loop(p, (CHAT_HOT,), {Route.SPEC: 0.7, Route.BASE: 1.0}, 64.0, t, 60)
+    assert not any(d.route is Route.SPEC for d in decisions)

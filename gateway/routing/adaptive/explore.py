@@ -57,6 +57,8 @@ class Explorer:
 
     plain_until: float = -math.inf
     spec_until: float = -math.inf
+    spec_on: bool = False  # spec was being explored at the last call
+    spec_ended: bool = False  # ...and the last call ended it (measured, or out of time)
     # per load octave, when spec was last explored there
     spec_tried: dict[int, float] = field(default_factory=dict)
 
@@ -91,7 +93,10 @@ class Explorer:
         could_pay: bool,
         headroom: float,
     ) -> bool:
-        """Whether the spec engine is being explored now (the pair then runs spec).
+        """Whether the spec engine is being explored now (the pair then runs spec); when a
+        call ends an exploration, ``spec_ended`` says so (the policy then goes back to
+        plain unless spec now pays beyond the band: an exploration measures, it does not
+        flip a pair whose prediction sits inside the band, which would then hold it).
 
         ``could_pay``: whether the traffic's acceptance could pay for speculation at any
         step time (a spec step costs at least a plain one at the same batch, so the tokens
@@ -106,8 +111,27 @@ class Explorer:
         engine measured elsewhere is explored only if the headroom is within twice how
         much cheaper than the profile it was seen, beyond the fits' noise (5 %: at a
         break-even peak, exploring on noise cost a simulated near-saturated day 9 %);
-        one never measured is explored (its step time anywhere is an assumption).
+        one never measured is not explored: where it ran nowhere there is no measurement
+        to extrapolate from, and exploring it at the load where plain first read off the
+        profile (a saturated peak) cost a simulated 48-QPS day 14 %; nor is one measured as
+        the profile says (a 120-s stationary run at 32 QPS paid 3 % for it).
         """
+        on = self._spec(
+            scales, now, speculating=speculating, load=load, could_pay=could_pay, headroom=headroom
+        )
+        self.spec_ended, self.spec_on = self.spec_on and not on, on
+        return on
+
+    def _spec(
+        self,
+        scales: StepScales,
+        now: float,
+        *,
+        speculating: bool,
+        load: float,
+        could_pay: bool,
+        headroom: float,
+    ) -> bool:
         if now < self.spec_until:
             if not scales.measured_near(True, load, now):
                 return True
@@ -119,7 +143,8 @@ class Explorer:
             not speculating
             and could_pay
             and headroom > 0.0
-            and (cheaper is None or headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE))
+            and cheaper is not None
+            and headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE)
             and scales.measured_near(False, load, now)
             and not scales.measured_near(True, load, now)
             and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S

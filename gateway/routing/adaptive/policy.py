@@ -214,6 +214,10 @@ class AdaptivePolicy:
         if explored is not None:
             speculating = explored
             self.mode.follow(speculating)
+        elif self.explorer.spec_ended and speculating and speedup <= self.mode.upper:
+            self.explorer.spec_ended = False  # measured: back to plain unless spec now pays
+            speculating = False
+            self.mode.follow(speculating)
         # A flip of the regime by evidence (not a quiet pair following its device): the old
         # engine's streams move to the new one where the gateway can (move_on_flip).
         moving = self.cfg.move_on_flip and speculating != was and not quiet

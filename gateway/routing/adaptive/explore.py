@@ -18,14 +18,16 @@ for good, and each has its exploration:
 * **spec, at a load it never ran at** (:meth:`Explorer.spec`): the pair sits on plain at
   a load where plain was measured and spec was not (a day's peak reached in fallback).
   Spec's price there is the profile's shape scaled by what was measured elsewhere, and
-  a drafter's verification at large batches is where profiles err most (EAGLE-3 on an
-  H200: predicted 0.6-0.7 x plain's speed where it ran 10-25 % faster). Probes cannot
+  a drafter's verification at large batches is where a profile errs most (simulated: a
+  spec engine whose drafts and verification cost half the profile's lost an EAGLE-3 day
+  11-13 % to always-spec, on plain). Probes cannot
   tell: they wait for an idle plain engine, and a saturated pair has none. So the pair
   runs spec until spec is measured near that load, once per load octave and retry
   period, for at most ``SPEC_MAX_S``; the evidence then decides as usual. Only where
   the step time could decide: not for traffic that accepts too little to pay at any
-  step time (hot open chat behind n-gram), and not where spec was measured as the
-  profile says or dearer (the extrapolation is then right or flatters it); see
+  step time (hot open chat behind n-gram), not where spec was measured as the profile
+  says or dearer (the extrapolation is then right or flatters it), and not where spec
+  never ran (nothing to extrapolate from); see
   :meth:`Explorer.spec`.
 
 Both are bounded in time and rate: the cost of a wrong exploration is its duration on
@@ -116,40 +118,25 @@ class Explorer:
         profile (a saturated peak) cost a simulated 48-QPS day 14 %; nor is one measured as
         the profile says (a 120-s stationary run at 32 QPS paid 3 % for it).
         """
-        on = self._spec(
-            scales, now, speculating=speculating, load=load, could_pay=could_pay, headroom=headroom
-        )
+        if now < self.spec_until:
+            on = not scales.measured_near(True, load, now)
+            if not on:
+                self.spec_until = -math.inf  # measured near the load: the evidence decides
+        else:
+            octave = load_bin(load) // BINS_PER_OCTAVE
+            cheaper = scales.cheaper(True, now)
+            on = (
+                not speculating
+                and could_pay
+                and headroom > 0.0
+                and cheaper is not None
+                and headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE)
+                and scales.measured_near(False, load, now)
+                and not scales.measured_near(True, load, now)
+                and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S
+            )
+            if on:
+                self.spec_tried[octave] = now
+                self.spec_until = now + SPEC_MAX_S
         self.spec_ended, self.spec_on = self.spec_on and not on, on
         return on
-
-    def _spec(
-        self,
-        scales: StepScales,
-        now: float,
-        *,
-        speculating: bool,
-        load: float,
-        could_pay: bool,
-        headroom: float,
-    ) -> bool:
-        if now < self.spec_until:
-            if not scales.measured_near(True, load, now):
-                return True
-            self.spec_until = -math.inf  # measured near the load: the evidence decides
-            return False
-        octave = load_bin(load) // BINS_PER_OCTAVE
-        cheaper = scales.cheaper(True, now)
-        if (
-            not speculating
-            and could_pay
-            and headroom > 0.0
-            and cheaper is not None
-            and headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE)
-            and scales.measured_near(False, load, now)
-            and not scales.measured_near(True, load, now)
-            and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S
-        ):
-            self.spec_tried[octave] = now
-            self.spec_until = now + SPEC_MAX_S
-            return True
-        return False

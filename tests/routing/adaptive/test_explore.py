@@ -13,7 +13,6 @@ from tests.routing.conftest import CHAT_HOT, SUMMARY, engine, view, with_
 SPEC, BASE = engine(Route.SPEC), engine(Route.BASE)
 EDIT_WARM = RequestFeatures("m", temperature=0.7, overlap=0.85, kind="edit")
 MODERATE = (EDIT_WARM, SUMMARY)  # accepts enough that step times decide
-WARM = (EDIT_WARM, CHAT_HOT, SUMMARY)  # ...and on the profile, plain wins at a batch of 128
 
 
 def scales_with(
@@ -23,8 +22,8 @@ def scales_with(
     spec_ratio: float = 0.8,
     plain_ratio: float = 1.0,
 ) -> StepScales:
-    """Step fits at those loads: spec ``spec_ratio`` x the profile (by default cheaper, as
-    EAGLE-3 on vLLM 0.26.0 against the H200 profile), plain ``plain_ratio`` x."""
+    """Step fits at those loads: spec ``spec_ratio`` x the profile (by default cheaper),
+    plain ``plain_ratio`` x."""
     s = StepScales()
     for load in spec_loads:
         s.observe(True, load, spec_ratio, now)

@@ -22,7 +22,9 @@ The report is the scenario report of ``specgate simulate --scenario``: mean and 
 TTFT, goodput, the oracle of the two statics per ``--window`` seconds (the compressed
 day's minute), adaptive's capture and time to switch, and the Dynamic SD engine (as
 ``dynamic-sd``). Outputs under ``--out``: results.{json,csv,md,png}, minutes.csv,
-requests.csv, states.jsonl.
+requests.csv, states.jsonl, and what each engine did in each slot (preemptions, queue,
+KV-cache use, sampled from its /metrics every second: ``engines-<slot>.jsonl``, summed
+up in engines.md and results.json).
 
 Real engines (started by engines.py)::
 
@@ -54,6 +56,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
+from engine_watch import load as load_watch  # noqa: E402
+from engine_watch import summarize, table_md, watch  # noqa: E402
 from engines import MODEL, by_name  # noqa: E402
 from interleave import save_state, set_pin  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
@@ -113,26 +117,38 @@ async def run(args: argparse.Namespace) -> int:
             # vLLM's prefix cache would serve each later policy the prompts the earlier ones
             # prefilled (the same day replayed): every policy gets its own cache salt
             extra["cache_salt"] = f"day-{name}-{args.seed}"
-            if name == DYNAMIC_SD and direct is not None:
-                e_url = target.urls[direct.name] + "/v1/chat/completions"
-                recs[name] = await send_all(e_url, work, scale, args.drain, model=direct.served, extra=extra)
-            else:
-                await set_pin(url, PINS[what])
-                trace = out / f"trace-{name}.jsonl"
-                poll = (
-                    asyncio.create_task(trace_state(url, trace, args.trace_every))
-                    if what == "adaptive" and name == what
-                    else None
-                )
-                try:
+            watched = [direct] if name == DYNAMIC_SD and direct is not None else [spec, base]
+            watcher = asyncio.create_task(
+                watch(
+                    {e.name: (target.urls[e.name], e.served) for e in watched}, out / f"engines-{name}.jsonl"
+                ),
+            )
+            try:
+                if name == DYNAMIC_SD and direct is not None:
+                    e_url = target.urls[direct.name] + "/v1/chat/completions"
                     recs[name] = await send_all(
-                        url + "/v1/chat/completions", work, scale, args.drain, extra=extra
+                        e_url, work, scale, args.drain, model=direct.served, extra=extra
                     )
-                finally:
-                    if poll is not None:
-                        poll.cancel()
-                        await asyncio.gather(poll, return_exceptions=True)
-                await save_state(url, str(out / "states.jsonl"), policy=name)
+                else:
+                    await set_pin(url, PINS[what])
+                    trace = out / f"trace-{name}.jsonl"
+                    poll = (
+                        asyncio.create_task(trace_state(url, trace, args.trace_every))
+                        if what == "adaptive" and name == what
+                        else None
+                    )
+                    try:
+                        recs[name] = await send_all(
+                            url + "/v1/chat/completions", work, scale, args.drain, extra=extra
+                        )
+                    finally:
+                        if poll is not None:
+                            poll.cancel()
+                            await asyncio.gather(poll, return_exceptions=True)
+                    await save_state(url, str(out / "states.jsonl"), policy=name)
+            finally:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
             done = sum(1 for r in recs[name] if r.finished_at is not None)
             print(f"{name:>12}: {done}/{len(work)} finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
     finally:
@@ -160,6 +176,9 @@ async def run(args: argparse.Namespace) -> int:
         "order": policies,
         "prime_s": args.prime,
     }
+    # what each engine did in each slot (preemptions, queue, KV use): engine_watch
+    meta["engines"] = {name: summarize(load_watch(out / f"engines-{name}.jsonl")) for name in recs}
+    (out / "engines.md").write_text(table_md(meta["engines"]), encoding="utf-8")
     title = f"compressed day on {args.pair} ({args.target}): {args.schedule}"
     md = scenario_report.write(report, meta, out, title)
     scenario_report.plot(report, recs.get("adaptive"), sc.phases, out / "results.png", title)

@@ -19,7 +19,10 @@ it straight to that engine, no gateway (one engine with vLLM's Dynamic SD, say).
 Figures are per window (mean and p99 TPOT, overall and per temperature class); policies
 are compared round by round with bootstrap intervals over rounds
 (:mod:`gateway.bench.windows`). Outputs under ``--out``: windows.csv, requests.csv,
-report.json, report.md, and states.jsonl (the gateway's ``/admin/state`` after each window).
+report.json, report.md, states.jsonl (the gateway's ``/admin/state`` after each window), and
+engines/ (each engine's /metrics every second of each window, :mod:`engine_watch`; windows.csv
+carries the window's preemptions, longest queue and fullest KV cache). ``--min-requests N``
+closes a window once N requests started in it (``--measure`` is then the most it lasts).
 
 Real engines (started by engines.py)::
 
@@ -38,6 +41,7 @@ import csv
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,6 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
+from engine_watch import load as load_watch  # noqa: E402
+from engine_watch import summarize, watch  # noqa: E402
 from engines import MODEL, by_name  # noqa: E402
 from sweep import add_load_args, closed_loop, gateway_config, run_main, start_target  # noqa: E402
 
@@ -96,22 +102,33 @@ async def run(args: argparse.Namespace) -> int:
                         seed = args.seed + rnd  # every slot of a round sends the same requests
                         # ...each with its own prefix cache: no slot reads what another filled
                         salt = f"{label}-c{conc}-r{rnd}"
-                        if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)
-                            e = direct[policy]
-                            url = target.urls[e.name]
-                            recs, _ = await closed_loop(
-                                url, conc, args, target.time_scale, seed, e.served, salt
-                            )
-                        else:
-                            gw_policy, pin = plan[policy]
-                            url = gws[gw_policy][1]
-                            if pin is not None:
-                                await set_pin(url, pin)
-                            recs, _ = await closed_loop(
-                                url, conc, args, target.time_scale, seed, cache_salt=salt
-                            )
-                            await save_state(url, states, conc=conc, round=rnd, slot=label)
+                        watched = [direct[policy]] if policy in direct else [spec, base]
+                        epath = os.path.join(out, "engines", f"c{conc}-r{rnd}-{label}.jsonl")
+                        os.makedirs(os.path.dirname(epath), exist_ok=True)
+                        watcher = asyncio.create_task(
+                            watch({e.name: (target.urls[e.name], e.served) for e in watched}, Path(epath))
+                        )
+                        try:
+                            if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)
+                                e = direct[policy]
+                                url = target.urls[e.name]
+                                recs, _ = await closed_loop(
+                                    url, conc, args, target.time_scale, seed, e.served, salt
+                                )
+                            else:
+                                gw_policy, pin = plan[policy]
+                                url = gws[gw_policy][1]
+                                if pin is not None:
+                                    await set_pin(url, pin)
+                                recs, _ = await closed_loop(
+                                    url, conc, args, target.time_scale, seed, cache_salt=salt
+                                )
+                                await save_state(url, states, conc=conc, round=rnd, slot=label)
+                        finally:
+                            watcher.cancel()
+                            await asyncio.gather(watcher, return_exceptions=True)
                         row = window_row(conc, rnd, label, policy, recs)
+                        row.update(engine_columns(summarize(load_watch(Path(epath)))))
                         windows.append(row)
                         for r in recs:
                             w.writerow({"concurrency": conc, "round": rnd, "slot": label, **r.row()})
@@ -134,6 +151,7 @@ async def run(args: argparse.Namespace) -> int:
         "labels": labels,
         "rounds": args.rounds,
         "measure_s": args.measure,
+        "min_requests": args.min_requests,
         "target": args.target,
         "gateways": args.gateways,
         "time_scale": target.time_scale,
@@ -143,6 +161,21 @@ async def run(args: argparse.Namespace) -> int:
     with open(os.path.join(out, "report.md"), "w") as fh:  # noqa: ASYNC230
         fh.write(report_md(result, meta))
     return 0
+
+
+def engine_columns(summary: dict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """A window's engine record (engine_watch) as three columns over the engines it used:
+    preemptions (sum), the longest queue and the fullest KV cache."""
+
+    def over(key: str, how: Any) -> float | None:
+        vals = [o[key] for o in summary.values() if o.get(key) is not None]
+        return how(vals) if vals else None
+
+    return {
+        "preemptions": over("preemptions", sum),
+        "max_waiting": over("max_waiting", max),
+        "max_kv_usage": over("max_kv_usage", max),
+    }
 
 
 STATIC_PINS = {"always-spec": "spec", "always-base": "base"}

@@ -181,6 +181,12 @@ async def closed_loop(
     temps = TemperatureDist.parse(args.temperature)
     url = gw + "/v1/chat/completions"
     w0, w1 = args.warmup, args.warmup + args.measure
+    # --min-requests: the window closes once that many requests started in it (after at
+    # least --min-measure seconds), --measure being then the most it lasts
+    least = getattr(args, "min_requests", 0)
+    shortest = w0 + getattr(args, "min_measure", 0.0)
+    end = [w1]
+    inwin: list[RequestRecord] = []  # with --min-requests: those sent while the window was open
     records: list[RequestRecord] = []
     conn = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=args.request_timeout * scale, sock_connect=10)
@@ -189,11 +195,15 @@ async def closed_loop(
 
         async def worker(i: int) -> None:
             rng = random.Random(seed * 7919 + i)
-            while (time.perf_counter() - t0) / scale < w1:
+            while (now := (time.perf_counter() - t0) / scale) < end[0]:
                 req = sample(rng, args.mix, temps, max_tokens_cap=args.max_tokens_cap)
                 rec = RequestRecord(0.0, req.kind, req.subkind, req.temperature, False)
                 body = to_openai_body(req, model, extra=extra)
                 records.append(rec)
+                if least > 0 and now >= w0:
+                    inwin.append(rec)
+                    if len(inwin) >= least and now >= shortest:
+                        end[0] = now  # this request is the window's last
                 await stream_chat(session, url, body, rec, t0, scale)
 
         tasks = [asyncio.create_task(worker(i)) for i in range(conc)]
@@ -203,7 +213,8 @@ async def closed_loop(
         for t in pending:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-    window = [r for r in records if w0 <= r.start < w1]
+    w1 = end[0]
+    window = inwin if least > 0 else [r for r in records if w0 <= r.start < w1]
     tokens = sum(tokens_within(r, w0, w1) for r in records)
     return window, tokens
 
@@ -384,7 +395,21 @@ def add_load_args(p: argparse.ArgumentParser, *, conc: str, warmup: float, measu
     add_target_args(p)
     p.add_argument("--conc", default=conc, type=lambda s: [int(x) for x in s.split(",") if x])
     p.add_argument("--warmup", type=float, default=warmup, help=f"seconds before each measured {per}")
-    p.add_argument("--measure", type=float, default=measure, help=f"measured seconds per {per}")
+    p.add_argument(
+        "--measure",
+        type=float,
+        default=measure,
+        help=f"measured seconds per {per} (the most, with --min-requests)",
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=0,
+        help=f"close a {per} once this many requests started in it (0: --measure seconds each)",
+    )
+    p.add_argument(
+        "--min-measure", type=float, default=5.0, help=f"with --min-requests: the shortest {per} (seconds)"
+    )
     p.add_argument("--drain", type=float, default=20.0, help=f"seconds allowed to finish after a {per}")
     p.add_argument("--request-timeout", type=float, default=120.0)
     p.add_argument("--mix", default="default", help="corpus mix (default: specgate's default mix)")

@@ -118,9 +118,14 @@ async def run(args: argparse.Namespace) -> int:
             # prefilled (the same day replayed): every policy gets its own cache salt
             extra["cache_salt"] = f"day-{name}-{args.seed}"
             watched = [direct] if name == DYNAMIC_SD and direct is not None else [spec, base]
+            pids = target.watched_pids([e.name for e in watched])
+            if gw.proc is not None and name != DYNAMIC_SD:
+                pids["gateway"] = gw.proc.pid
             watcher = asyncio.create_task(
                 watch(
-                    {e.name: (target.urls[e.name], e.served) for e in watched}, out / f"engines-{name}.jsonl"
+                    {e.name: (target.urls[e.name], e.served) for e in watched},
+                    out / f"engines-{name}.jsonl",
+                    pids=pids,
                 ),
             )
             try:

@@ -1,10 +1,13 @@
-"""What the engines did during a slot: their own /metrics, sampled every second.
+"""What the engines did during a slot: their own /metrics and their processes' CPU,
+sampled every second.
 
 The gateway's view of an engine (its scrape windows) is what routing reads; this is the
 harness's independent record, for the questions a slot's latency alone cannot answer:
 did the engine preempt (a pair halves each engine's KV cache), how full was its cache,
-how long was its queue, how many prompt tokens did it prefill. One row per engine and
-sample in ``<slot>-engines.jsonl``; :func:`summarize` reduces them to a row per engine.
+how long was its queue, how many prompt tokens did it prefill, and how much CPU did its
+processes (and the gateway's) burn: a host process at a whole core caps the engine,
+whatever the GPU could do. One row per engine (or process) and sample in
+``<slot>-engines.jsonl``; :func:`summarize` reduces them to a row per engine.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +27,52 @@ from gateway.engines.parse import parse_metrics
 
 FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens")
 COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens")
+# CPU seconds of a process (``cpu_top_s``: vLLM's API server, the gateway) and of its
+# descendants (``cpu_sub_s``: vLLM's EngineCore, which schedules and drives the GPU)
+CPU = ("cpu_top_s", "cpu_sub_s")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (stat fields 14, 15)
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as fh:
+                    kids = [int(c) for c in fh.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def cpu(pid: int) -> dict[str, float]:
+    """``cpu_top_s`` and ``cpu_sub_s`` of a process tree (empty if the process is gone)."""
+    try:
+        top = _cpu_s(pid)
+    except (OSError, ValueError, IndexError):
+        return {}
+    sub = 0.0
+    for k in _descendants(pid):
+        try:
+            sub += _cpu_s(k)
+        except (OSError, ValueError, IndexError):
+            continue
+    return {"cpu_top_s": top, "cpu_sub_s": sub}
 
 
 async def sample(session: aiohttp.ClientSession, url: str, served: str) -> dict[str, float | None]:
@@ -32,20 +82,33 @@ async def sample(session: aiohttp.ClientSession, url: str, served: str) -> dict[
     return {f: getattr(s, f) for f in FIELDS}
 
 
-async def watch(engines: dict[str, tuple[str, str]], path: Path, every_s: float = 1.0) -> None:
+async def watch(
+    engines: dict[str, tuple[str, str]],
+    path: Path,
+    every_s: float = 1.0,
+    pids: dict[str, int] | None = None,
+) -> None:
     """Append a row per engine (``name -> (url, served model name)``) to ``path`` every
-    ``every_s`` seconds until cancelled; a failed sample is a row with ``error``."""
+    ``every_s`` seconds until cancelled; a failed sample is a row with ``error``. ``pids``:
+    processes whose CPU is read too (an engine's API server under the engine's name adds
+    to the engine's row; others, e.g. ``gateway``, get rows of their own)."""
     t0 = time.monotonic()
+    pids = pids or {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
         while True:
             rows = []
             for name, (url, served) in engines.items():
-                row: dict[str, Any] = {"t": round(time.monotonic() - t0, 2), "engine": name}
+                row: dict[str, Any] = {"t": round(time.monotonic() - t0, 3), "engine": name}
                 try:
                     row.update(await sample(s, url, served))
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     row["error"] = repr(exc)
+                if name in pids:
+                    row.update(cpu(pids[name]))
                 rows.append(row)
+            for name, pid in pids.items():
+                if name not in engines:
+                    rows.append({"t": round(time.monotonic() - t0, 3), "engine": name, **cpu(pid)})
             with path.open("a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in rows)
             await asyncio.sleep(every_s)
@@ -53,7 +116,9 @@ async def watch(engines: dict[str, tuple[str, str]], path: Path, every_s: float 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     """Per engine: the counters' increase over the samples (preemptions, prompt and
-    generation tokens), the largest queue, batch and KV-cache use seen, and the samples."""
+    generation tokens), the largest queue, batch and KV-cache use seen, the CPU cores its
+    processes used (``cpu_top``/``cpu_sub``: ``_mean`` over the slot, ``_max`` in its
+    busiest interval), and the samples."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if "error" not in r:
@@ -69,6 +134,12 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float | Non
         for g, key in (("waiting", "max_waiting"), ("running", "max_running"), ("kv_usage", "max_kv_usage")):
             vals = [r[g] for r in rs if r.get(g) is not None]
             o[key] = max(vals) if vals else None
+        for c in CPU:
+            pts = [(r["t"], r[c]) for r in rs if r.get(c) is not None]
+            rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(pts) if b[0] > a[0]]
+            span = pts[-1][0] - pts[0][0] if len(pts) > 1 else 0.0
+            o[c[:-2] + "_mean"] = (pts[-1][1] - pts[0][1]) / span if span > 0 else None
+            o[c[:-2] + "_max"] = max(rates) if rates else None
         out[name] = o
     return out
 
@@ -80,23 +151,23 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def table_md(per_slot: dict[str, dict[str, dict[str, float | None]]]) -> str:
-    """A markdown table: one row per (slot, engine)."""
+    """A markdown table: one row per (slot, engine or process)."""
 
     def f(v: float | None, nd: int = 0) -> str:
         return "" if v is None else f"{v:.{nd}f}"
 
-    head = (
-        "| slot | engine | preemptions | max waiting | max running | max KV use | prompt tokens | generated |"
-    )
     lines = [
-        head,
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| slot | engine | preemptions | max waiting | max running | max KV use | prompt tokens | generated "
+        "| CPU cores, process: mean / max | its children: mean / max |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for slot, engines in per_slot.items():
         for name, o in engines.items():
+            g = o.get
             lines.append(
-                f"| {slot} | {name} | {f(o['preemptions'])} | {f(o['max_waiting'])} | "
-                f"{f(o['max_running'])} | {f(o['max_kv_usage'], 3)} | {f(o['prompt_tokens'])} | "
-                f"{f(o['generation_tokens'])} |"
+                f"| {slot} | {name} | {f(g('preemptions'))} | {f(g('max_waiting'))} | "
+                f"{f(g('max_running'))} | {f(g('max_kv_usage'), 3)} | {f(g('prompt_tokens'))} | "
+                f"{f(g('generation_tokens'))} | {f(g('cpu_top_mean'), 2)} / {f(g('cpu_top_max'), 2)} | "
+                f"{f(g('cpu_sub_mean'), 2)} / {f(g('cpu_sub_max'), 2)} |"
             )
     return "\n".join(lines) + "\n"

@@ -105,8 +105,17 @@ async def run(args: argparse.Namespace) -> int:
                         watched = [direct[policy]] if policy in direct else [spec, base]
                         epath = os.path.join(out, "engines", f"c{conc}-r{rnd}-{label}.jsonl")
                         os.makedirs(os.path.dirname(epath), exist_ok=True)
+                        pids = target.watched_pids([e.name for e in watched])
+                        if policy not in direct:
+                            gproc = gws[plan[policy][0]][0].proc
+                            if gproc is not None:
+                                pids["gateway"] = gproc.pid
                         watcher = asyncio.create_task(
-                            watch({e.name: (target.urls[e.name], e.served) for e in watched}, Path(epath))
+                            watch(
+                                {e.name: (target.urls[e.name], e.served) for e in watched},
+                                Path(epath),
+                                pids=pids,
+                            )
                         )
                         try:
                             if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)

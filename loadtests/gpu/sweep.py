@@ -34,7 +34,7 @@ import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -63,6 +63,12 @@ class Target:
     urls: dict[str, str]
     time_scale: float
     proc: Proc | None = None
+    # the processes whose CPU engine_watch reads: each real engine's API server (from the
+    # engines' pids.json), or the one emulator process
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def watched_pids(self, names: list[str]) -> dict[str, int]:
+        return {n: p for n, p in self.pids.items() if n in names or n == "emulator"}
 
     async def stop(self) -> None:
         if self.proc is not None:
@@ -100,7 +106,14 @@ def emulator_yaml(
 
 async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: str) -> Target:
     if args.target == "real":
-        return Target({e.name: e.url for e in engines}, 1.0)
+        known = os.path.join(args.engine_logs, "pids.json")
+        pids: dict[str, int] = {}
+        try:
+            with open(known, encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
+                pids = {k: int(v) for k, v in json.load(fh)["pids"].items()}
+        except FileNotFoundError:
+            pass  # engines started otherwise: no CPU readings
+        return Target({e.name: e.url for e in engines}, 1.0, pids=pids)
     ports = {e.name: free_port() for e in engines}
     blocks = json.loads(args.emu_blocks) if args.emu_blocks else {}
     path = os.path.join(logdir, "emulator.yaml")
@@ -116,7 +129,9 @@ async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: 
     await proc.start()
     for e in engines:
         await proc.wait_ready(f"http://127.0.0.1:{ports[e.name]}/health")
-    return Target({e.name: f"http://127.0.0.1:{ports[e.name]}" for e in engines}, args.time_scale, proc)
+    urls = {e.name: f"http://127.0.0.1:{ports[e.name]}" for e in engines}
+    pid = proc.proc.pid if proc.proc is not None else None
+    return Target(urls, args.time_scale, proc, {} if pid is None else {"emulator": pid})
 
 
 def gateway_config(
@@ -385,6 +400,11 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="emulated: what speculation adds to a step x the profile's price (a truth unlike the "
         "gateway's prior, e.g. 0.5 where the real engines verified cheaper than the profile)",
+    )
+    p.add_argument(
+        "--engine-logs",
+        default="/tmp/vlogs",
+        help="real: the folder engines.py started the engines with (its pids.json names their processes)",
     )
     p.add_argument("--out", required=True)
 

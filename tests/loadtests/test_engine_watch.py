@@ -65,3 +65,39 @@ def test_interleaved_windows_carry_the_engines_record(ew: ModuleType) -> None:
     )
     assert cols == {"preemptions": 4.0, "max_waiting": 5.0, "max_kv_usage": 0.9}
     assert il.engine_columns({}) == {"preemptions": None, "max_waiting": None, "max_kv_usage": None}
+
+
+def test_cpu_is_read_for_a_process_and_its_children(ew: ModuleType) -> None:
+    import os
+    import subprocess
+    import sys
+
+    spin = (
+        "import time\nt = time.process_time()\n"
+        "while time.process_time() - t < 0.3: pass\nprint(1, flush=True)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", spin + "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as child:
+        assert child.stdout is not None and child.stdout.readline() == b"1\n"  # it has spun
+        got = ew.cpu(os.getpid())
+        assert got["cpu_top_s"] > 0
+        assert got["cpu_sub_s"] >= 0.3 - 2.0 / os.sysconf("SC_CLK_TCK")  # the child's, to a tick
+        child.kill()
+    assert ew.cpu(child.pid) == {}  # gone
+
+
+def test_cpu_cores_over_the_slot_and_in_its_busiest_second(ew: ModuleType) -> None:
+    rows = [
+        {"t": 0.0, "engine": "gateway", "cpu_top_s": 10.0, "cpu_sub_s": 0.0},
+        {"t": 1.0, "engine": "gateway", "cpu_top_s": 10.5, "cpu_sub_s": 0.0},
+        {"t": 2.0, "engine": "gateway", "cpu_top_s": 11.5, "cpu_sub_s": 0.0},
+        {"t": 4.0, "engine": "gateway", "cpu_top_s": 11.5, "cpu_sub_s": 0.0},
+    ]
+    s = ew.summarize(rows)["gateway"]
+    assert s["cpu_top_mean"] == pytest.approx(1.5 / 4.0)
+    assert s["cpu_top_max"] == pytest.approx(1.0)
+    assert s["cpu_sub_max"] == 0.0
+    assert s["preemptions"] is None

@@ -208,6 +208,8 @@ class MetricsWindow:
     window_s: float = 10.0
     min_drafts: float = 1.0  # fewer drafts than this in the window → acceptance unknown
     min_tokens: float = 200.0  # fewer generated tokens than this → tokens per step unknown
+    # ``EngineStats.recent``: the last this many seconds (none while the window is shorter)
+    recent_s: float = 3.0
     _hist: deque[tuple[float, MetricsSample]] = field(default_factory=deque)
     resets: int = 0
 
@@ -240,6 +242,17 @@ class MetricsWindow:
             return EngineStats(at=0.0, window_s=0.0, resets=self.resets)
         t1, new = self._hist[-1]
         t0, old = self._hist[0]
+        recent = None
+        if t1 - t0 > self.recent_s and self.recent_s > 0:
+            # the newest sample at or before the recent window's start
+            r0, r_old = next((t, s) for t, s in reversed(self._hist) if t <= t1 - self.recent_s)
+            if r0 > t0:
+                recent = self._between(r0, r_old, t1, new, None)
+        return self._between(t0, old, t1, new, recent)
+
+    def _between(
+        self, t0: float, old: MetricsSample, t1: float, new: MetricsSample, recent: EngineStats | None
+    ) -> EngineStats:
         span = t1 - t0
 
         def delta(a: float | None, b: float | None) -> float | None:
@@ -295,4 +308,5 @@ class MetricsWindow:
             prefill_tps=prefill_tps,
             preemptions_per_s=None if d_pre is None else max(0.0, d_pre) / span,
             resets=self.resets,
+            recent=recent,
         )

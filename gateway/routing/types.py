@@ -133,12 +133,17 @@ class EngineStats:
     # context again (vLLM's recompute preemption), which the prompt counter does not count.
     preemptions_per_s: float | None = None
     resets: int = 0  # counter resets (engine restarts) seen so far
+    # The same signals over the last few seconds only (None: the window is not longer):
+    # what an engine that just started running alone shows before a whole window is its own
+    recent: EngineStats | None = None
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready, every field by name."""
         out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, EngineStats):
+                value = value.as_dict()
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

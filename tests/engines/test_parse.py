@@ -127,3 +127,25 @@ def test_window_forgets_old_samples(spec_page: str) -> None:
     w.add(1.0, parse_metrics(_later(spec_page)))
     st = w.add(20.0, parse_metrics(_later(spec_page)))  # nothing happened in the last window
     assert st.acceptance_rate is None and st.drafts == 0.0
+
+
+def test_the_recent_part_of_a_window_is_its_last_seconds_alone() -> None:
+    """An engine that just started running alone shows it in the last seconds of the
+    window before the whole window is its own (``EngineStats.recent``)."""
+    from gateway.engines.parse import MetricsSample
+
+    w = MetricsWindow(window_s=10.0, recent_s=3.0)
+    itl_sum = itl_count = gen = 0.0
+    st = None
+    for t in range(11):  # steps of 20 ms for 7 s, then of 10 ms
+        step = 0.020 if t < 7 else 0.010  # the interval from t to t + 1
+        st = w.add(float(t), MetricsSample(itl_sum=itl_sum, itl_count=itl_count, generation_tokens=gen))
+        itl_sum, itl_count, gen = itl_sum + 64 * step * 100, itl_count + 64 * 100, gen + 6400
+        if t <= 3:
+            assert st.recent is None  # the window is no longer than its recent part
+    assert st is not None and st.recent is not None
+    assert st.recent.window_s == pytest.approx(3.0) and st.window_s == pytest.approx(10.0)
+    assert st.recent.step_s == pytest.approx(0.010)  # t 7..10: the 10-ms steps only
+    assert st.step_s == pytest.approx((7 * 0.020 + 3 * 0.010) / 10)
+    assert st.recent.recent is None
+    assert st.as_dict()["recent"]["step_s"] == pytest.approx(0.010)  # type: ignore[index]

@@ -6,8 +6,9 @@ Multiplicative, 1 = the model is right:
   length) ÷ what the router expected of the traffic it sent there;
 * ``q_ratio``: its drafted tokens per step ÷ expected (n-gram drafts only on a match);
 * ``scale_spec`` / ``scale_base``: measured step time (windowed inter-token latency) ÷ the
-  profile's, fitted only while the engine ran alone on the device, per load; the part of
-  it common to both engines (the device) is read from either (:mod:`.stepscale`).
+  profile's, fitted only while the engine ran alone on the device (for the scrape window,
+  or for the window's recent part just after the other engine stopped), per load; the
+  part of it common to both engines (the device) is read from either (:mod:`.stepscale`).
 
 With nothing measured (the engine idle, its scrape stale) each relaxes back to 1 on
 ``unknown_half_life_s``. The per-request check of the whole model against measured time
@@ -32,6 +33,12 @@ _CAP_HALF_LIFE_S = 10.0  # how fast the batch cap follows what saturated engines
 # moderate batch is its prefill budget admitting a burst, not its cap.
 _CAP_QUEUE = 0.25
 _MAX_PREFILL_SHARE = 0.9  # a measured prefill share above this is a window artefact
+# An engine alone on the device for less than a window is fitted on the scrape's recent
+# part (EngineStats.recent) once that part lies wholly after the other engine stopped (the
+# scraped running count lags by up to a scrape) and holds this many tokens: a pair that
+# flipped at a saturated peak measured the new engine after ~3 s instead of a whole window
+_SCRAPE_LAG_S = 1.0
+_RECENT_MIN_TOKENS = 200.0
 
 
 def engine_load(e: EngineView) -> float:
@@ -235,7 +242,11 @@ class LiveCorrections:
         emissions (a step of batch B counts B times), so it is compared with the same
         load-weighted mean of what the profile predicted over that window. Only windows in
         which the engine ran alone on the device are used: with both engines stepping,
-        how the device interleaves them blurs the attribution. The steps' prefill is
+        how the device interleaves them blurs the attribution. An engine alone for less
+        than the window (the other just stopped: a flip) is fitted on the window's recent
+        part (:attr:`EngineStats.recent`) once that part lies after the other stopped: an
+        engine measured only a whole window after a flip left a saturated peak on the
+        assumed engine for 15 s (real H200, rounds 7-8). The steps' prefill is
         taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
         fractional power (smoothing).
         """
@@ -252,12 +263,31 @@ class LiveCorrections:
         self._last_view_key = key
         for spec_engine, e, i_load, i_pred in ((True, spec, 1, 3), (False, base, 2, 4)):
             other = 2 if spec_engine else 1
-            if e.stale or not e.stats.step_s or not all(h[other] == 0 and h[i_load] > 0 for h in hist):
+            if e.stale:
                 continue
-            w = sum(h[i_load] for h in hist)
-            pred = sum(h[i_load] * h[i_pred] for h in hist) / w  # the profile's, load-weighted
-            load = sum(h[i_load] * h[i_load] for h in hist) / w
-            self.scales.observe(spec_engine, load, _decode_ms(e.stats, steps, context_tokens) / pred, now)
+            # how long the engine has run alone (within the window kept)
+            alone_since = hist[0][0]
+            for h in hist:
+                if h[other] != 0 or h[i_load] <= 0:
+                    alone_since = math.inf
+                elif alone_since == math.inf:
+                    alone_since = h[0]
+            stats: EngineStats | None = e.stats
+            if alone_since > hist[0][0]:  # not for the whole window: its recent part, if alone
+                stats = e.stats.recent
+                if (
+                    stats is None
+                    or now - alone_since < stats.window_s + _SCRAPE_LAG_S
+                    or (stats.generation_tps or 0.0) * stats.window_s < _RECENT_MIN_TOKENS
+                ):
+                    continue
+            if stats is None or not stats.step_s:
+                continue
+            part = [h for h in hist if h[0] >= now - stats.window_s] or [hist[-1]]
+            w = sum(h[i_load] for h in part)
+            pred = sum(h[i_load] * h[i_pred] for h in part) / w  # the profile's, load-weighted
+            load = sum(h[i_load] * h[i_load] for h in part) / w
+            self.scales.observe(spec_engine, load, _decode_ms(stats, steps, context_tokens) / pred, now)
             self.last_load = load
 
     def scale(self, spec: bool, load: float) -> float:

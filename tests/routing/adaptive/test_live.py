@@ -98,3 +98,51 @@ def test_recompute_after_preemption_is_prefill_not_slow_decoding() -> None:
     per_s = 0.5 / (c / 1000.0) / ctx  # preemptions that fill half the engine's time
     assert _fit_base(per_s, ctx) == pytest.approx(1.0, abs=0.05)
     assert _fit_base(None, ctx) > 1.8  # unknown: all of it reads as decoding
+
+
+def test_an_engine_alone_for_part_of_a_window_is_fitted_on_its_recent_part() -> None:
+    """After a flip the new engine runs alone, but the scrape window still holds the old
+    engine's steps: its recent part is fitted as soon as it lies wholly after the flip,
+    instead of a whole window later (a saturated peak spent 15 s on the assumed engine)."""
+    from gateway.routing.types import EngineStats
+
+    steps = get_step_model()
+    decode_ms = steps.step_ms(64.0, 1.0)
+    live = LiveCorrections()
+    first_fit = None
+    for i in range(40):
+        t = i * 0.5
+        flipped = t >= 6.0
+        spec = with_(SPEC, running=0.0 if flipped else 64.0, step_s=0.02 + i * 1e-9, prefill_tps=0.0)
+        recent = EngineStats(
+            window_s=3.0, step_s=2 * decode_ms / 1000, generation_tps=5000.0, prefill_tps=0.0
+        )
+        base = with_(
+            BASE,
+            running=64.0 if flipped else 0.0,
+            # the whole window holds both engines' steps until it is all after the flip
+            step_s=(5 if t < 16.0 else 2) * decode_ms / 1000 + i * 1e-9,
+            prefill_tps=0.0,
+            recent=recent if flipped else None,
+        )
+        live.refresh(PairView(spec, base), t, steps, 1.5, "ngram", 5)
+        if first_fit is None and live.scales.fits[False]:
+            first_fit = t
+    assert first_fit is not None
+    # alone from 6 s: the 3-s recent part is its own, a scrape's lag later
+    assert 6.0 + 3.0 + 1.0 <= first_fit <= 11.0
+    # read at the batch it ran: twice the profile (the whole window's 5 x never counted
+    # while it held the other engine's steps)
+    assert live.scale(False, 64.0) == pytest.approx(2.0, rel=0.15)
+
+
+def test_no_recent_part_no_early_fit() -> None:
+    steps = get_step_model()
+    live = LiveCorrections()
+    for i in range(20):
+        t = i * 0.5
+        flipped = t >= 2.0
+        spec = with_(SPEC, running=0.0 if flipped else 64.0, step_s=0.02 + i * 1e-9)
+        base = with_(BASE, running=64.0 if flipped else 0.0, step_s=0.03 + i * 1e-9, prefill_tps=0.0)
+        live.refresh(PairView(spec, base), t, steps, 1.5, "ngram", 5)
+    assert live.scales.fits[False] == 0  # alone 7.5 s of a 10-s window, and nothing recent

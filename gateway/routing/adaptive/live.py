@@ -35,8 +35,9 @@ _CAP_QUEUE = 0.25
 _MAX_PREFILL_SHARE = 0.9  # a measured prefill share above this is a window artefact
 # An engine alone on the device for less than a window is fitted on the scrape's recent
 # part (EngineStats.recent) once that part lies wholly after the other engine stopped (the
-# scraped running count lags by up to a scrape) and holds this many tokens: a pair that
-# flipped at a saturated peak measured the new engine after ~3 s instead of a whole window
+# scraped running count lags by up to a scrape interval, at least this) and holds this many
+# tokens: a pair that flipped at a saturated peak measured the new engine after ~3 s
+# instead of a whole window
 _SCRAPE_LAG_S = 1.0
 _RECENT_MIN_TOKENS = 200.0
 
@@ -93,6 +94,10 @@ class LiveCorrections:
     # Requests sent to the spec engine: (time, 1/E, AL over drafted steps, tokens verified).
     _sent: deque[tuple[float, float, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
     _last_view_key: tuple[object, ...] | None = None
+    # each engine's newest scrape time, and the shortest gap seen between two scrapes (the
+    # scrape interval: how late a scraped running count may show the other engine stopped)
+    _scraped_at: dict[bool, float] = field(default_factory=dict)
+    _scrape_gap: float = math.inf
     # (time, spec load, base load, predicted spec step, predicted base step), last window.
     _pred_hist: deque[tuple[float, float, float, float, float]] = field(
         default_factory=lambda: deque(maxlen=4096)
@@ -250,6 +255,13 @@ class LiveCorrections:
         taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
         fractional power (smoothing).
         """
+        for is_spec, e in ((True, spec), (False, base)):
+            at, last = e.stats.at, self._scraped_at.get(is_spec)
+            if at > 0 and last is not None and at > last:
+                self._scrape_gap = min(self._scrape_gap, at - last)
+            if at > 0:
+                self._scraped_at[is_spec] = at
+        lag = max(_SCRAPE_LAG_S, self._scrape_gap if math.isfinite(self._scrape_gap) else 0.0)
         l_s, l_b = self.running(spec), self.running(base)
         hist = self._pred_hist
         t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
@@ -277,7 +289,7 @@ class LiveCorrections:
                 stats = e.stats.recent
                 if (
                     stats is None
-                    or now - alone_since < stats.window_s + _SCRAPE_LAG_S
+                    or now - alone_since < stats.window_s + lag
                     or (stats.generation_tps or 0.0) * stats.window_s < _RECENT_MIN_TOKENS
                 ):
                     continue

@@ -100,10 +100,15 @@ def test_recompute_after_preemption_is_prefill_not_slow_decoding() -> None:
     assert _fit_base(None, ctx) > 1.8  # unknown: all of it reads as decoding
 
 
-def test_an_engine_alone_for_part_of_a_window_is_fitted_on_its_recent_part() -> None:
+@pytest.mark.parametrize(("scrape_s", "earliest", "latest"), [(1.0, 10.0, 11.0), (2.0, 11.0, 12.5)])
+def test_an_engine_alone_for_part_of_a_window_is_fitted_on_its_recent_part(
+    scrape_s: float, earliest: float, latest: float
+) -> None:
     """After a flip the new engine runs alone, but the scrape window still holds the old
     engine's steps: its recent part is fitted as soon as it lies wholly after the flip,
-    instead of a whole window later (a saturated peak spent 15 s on the assumed engine)."""
+    instead of a whole window later (a saturated peak spent 15 s on the assumed engine).
+    The scraped running count that shows the other engine stopped is up to a scrape
+    interval late, so the recent part must also start that long after."""
     from gateway.routing.types import EngineStats
 
     steps = get_step_model()
@@ -112,8 +117,9 @@ def test_an_engine_alone_for_part_of_a_window_is_fitted_on_its_recent_part() -> 
     first_fit = None
     for i in range(40):
         t = i * 0.5
+        at = 1.0 + scrape_s * math.floor(t / scrape_s)  # the newest scrape's time
         flipped = t >= 6.0
-        spec = with_(SPEC, running=0.0 if flipped else 64.0, step_s=0.02 + i * 1e-9, prefill_tps=0.0)
+        spec = with_(SPEC, running=0.0 if flipped else 64.0, step_s=0.02 + at * 1e-9, prefill_tps=0.0, at=at)
         recent = EngineStats(
             window_s=3.0, step_s=2 * decode_ms / 1000, generation_tps=5000.0, prefill_tps=0.0
         )
@@ -121,16 +127,17 @@ def test_an_engine_alone_for_part_of_a_window_is_fitted_on_its_recent_part() -> 
             BASE,
             running=64.0 if flipped else 0.0,
             # the whole window holds both engines' steps until it is all after the flip
-            step_s=(5 if t < 16.0 else 2) * decode_ms / 1000 + i * 1e-9,
+            step_s=(5 if t < 16.0 else 2) * decode_ms / 1000 + at * 1e-9,
             prefill_tps=0.0,
             recent=recent if flipped else None,
+            at=at,
         )
         live.refresh(PairView(spec, base), t, steps, 1.5, "ngram", 5)
         if first_fit is None and live.scales.fits[False]:
             first_fit = t
     assert first_fit is not None
-    # alone from 6 s: the 3-s recent part is its own, a scrape's lag later
-    assert 6.0 + 3.0 + 1.0 <= first_fit <= 11.0
+    # alone from 6 s: the 3-s recent part is its own, a scrape interval later
+    assert earliest <= first_fit <= latest
     # read at the batch it ran: twice the profile (the whole window's 5 x never counted
     # while it held the other engine's steps)
     assert live.scale(False, 64.0) == pytest.approx(2.0, rel=0.15)

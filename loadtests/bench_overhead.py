@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.bench.procs import child_pids, process_cpu_s
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -314,29 +316,9 @@ def run_load(
 
 
 def _cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and its child processes (nginx workers), all threads, in seconds.
-
-    From ``/proc/*/task/*/schedstat`` (the scheduler's nanosecond run time), not the
-    utime/stime ticks of ``/proc/*/stat``: those are sampled at the timer tick, and a
-    process woken at a fixed rate in step with the tick is charged far more than it ran.
-    """
-    total = 0
-    pids = [pid]
-    try:
-        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        pass
-    for p in pids:
-        try:
-            tasks = list(Path(f"/proc/{p}/task").iterdir())
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                total += int((t / "schedstat").read_text().split()[0])
-            except (OSError, IndexError, ValueError):
-                pass
-    return total / 1e9
+    """CPU time of ``pid`` and its child processes (nginx workers), all threads, in seconds
+    (scheduler run time: :func:`gateway.bench.procs.process_cpu_s`)."""
+    return sum(process_cpu_s(p) or 0.0 for p in [pid, *child_pids(pid)])
 
 
 def _run_json(cmd: list[str]) -> dict[str, Any]:

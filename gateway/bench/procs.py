@@ -21,6 +21,47 @@ import aiohttp
 import yaml
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds of one process, all its threads (None: no such process).
+
+    From ``/proc/*/task/*/schedstat`` (the scheduler's nanosecond run time), not the
+    utime/stime ticks of ``/proc/*/stat``: those are sampled at the timer tick, and a
+    process woken at a fixed rate in step with the tick is charged far more than it ran.
+    """
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    total = 0
+    for t in tasks:
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+def child_pids(pid: int, *, recursive: bool = False) -> list[int]:
+    """The processes ``pid`` started (any of its threads), and theirs with ``recursive``."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                kids = [int(c) for c in (t / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            if recursive:
+                todo += kids
+    return out
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS considers free right now (bind to 0, read it, release it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -57,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
 from engine_watch import load as load_watch  # noqa: E402
-from engine_watch import summarize, table_md, watch  # noqa: E402
+from engine_watch import summarize, table_md  # noqa: E402
 from engines import MODEL, by_name  # noqa: E402
 from interleave import save_state, set_pin  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
@@ -118,17 +118,9 @@ async def run(args: argparse.Namespace) -> int:
             # prefilled (the same day replayed): every policy gets its own cache salt
             extra["cache_salt"] = f"day-{name}-{args.seed}"
             watched = [direct] if name == DYNAMIC_SD and direct is not None else [spec, base]
-            pids = target.watched_pids([e.name for e in watched])
-            if gw.proc is not None and name != DYNAMIC_SD:
-                pids["gateway"] = gw.proc.pid
-            watcher = asyncio.create_task(
-                watch(
-                    {e.name: (target.urls[e.name], e.served) for e in watched},
-                    out / f"engines-{name}.jsonl",
-                    pids=pids,
-                ),
-            )
-            try:
+            async with target.watching(
+                watched, out / f"engines-{name}.jsonl", None if name == DYNAMIC_SD else gw
+            ):
                 if name == DYNAMIC_SD and direct is not None:
                     e_url = target.urls[direct.name] + "/v1/chat/completions"
                     recs[name] = await send_all(
@@ -151,9 +143,6 @@ async def run(args: argparse.Namespace) -> int:
                             poll.cancel()
                             await asyncio.gather(poll, return_exceptions=True)
                     await save_state(url, str(out / "states.jsonl"), policy=name)
-            finally:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
             done = sum(1 for r in recs[name] if r.finished_at is not None)
             print(f"{name:>12}: {done}/{len(work)} finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
     finally:

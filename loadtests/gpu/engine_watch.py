@@ -13,16 +13,17 @@ whatever the GPU could do. One row per engine (or process) and sample in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
-import os
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from gateway.bench.procs import child_pids, process_cpu_s
 from gateway.engines.parse import parse_metrics
 
 FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens")
@@ -30,48 +31,14 @@ COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens")
 # CPU seconds of a process (``cpu_top_s``: vLLM's API server, the gateway) and of its
 # descendants (``cpu_sub_s``: vLLM's EngineCore, which schedules and drives the GPU)
 CPU = ("cpu_top_s", "cpu_sub_s")
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process (all its threads)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (stat fields 14, 15)
-
-
-def _descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as fh:
-                    kids = [int(c) for c in fh.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 def cpu(pid: int) -> dict[str, float]:
     """``cpu_top_s`` and ``cpu_sub_s`` of a process tree (empty if the process is gone)."""
-    try:
-        top = _cpu_s(pid)
-    except (OSError, ValueError, IndexError):
+    top = process_cpu_s(pid)
+    if top is None:
         return {}
-    sub = 0.0
-    for k in _descendants(pid):
-        try:
-            sub += _cpu_s(k)
-        except (OSError, ValueError, IndexError):
-            continue
+    sub = sum(process_cpu_s(k) or 0.0 for k in child_pids(pid, recursive=True))
     return {"cpu_top_s": top, "cpu_sub_s": sub}
 
 
@@ -112,6 +79,19 @@ async def watch(
             with path.open("a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in rows)
             await asyncio.sleep(every_s)
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    engines: dict[str, tuple[str, str]], path: Path, pids: dict[str, int] | None = None
+) -> AsyncIterator[None]:
+    """:func:`watch` for as long as the block runs."""
+    task = asyncio.create_task(watch(engines, path, pids=pids))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float | None]]:

@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
 from engine_watch import load as load_watch  # noqa: E402
-from engine_watch import summarize, watch  # noqa: E402
+from engine_watch import summarize  # noqa: E402
 from engines import MODEL, by_name  # noqa: E402
 from sweep import add_load_args, closed_loop, gateway_config, run_main, start_target  # noqa: E402
 
@@ -105,19 +105,8 @@ async def run(args: argparse.Namespace) -> int:
                         watched = [direct[policy]] if policy in direct else [spec, base]
                         epath = os.path.join(out, "engines", f"c{conc}-r{rnd}-{label}.jsonl")
                         os.makedirs(os.path.dirname(epath), exist_ok=True)
-                        pids = target.watched_pids([e.name for e in watched])
-                        if policy not in direct:
-                            gproc = gws[plan[policy][0]][0].proc
-                            if gproc is not None:
-                                pids["gateway"] = gproc.pid
-                        watcher = asyncio.create_task(
-                            watch(
-                                {e.name: (target.urls[e.name], e.served) for e in watched},
-                                Path(epath),
-                                pids=pids,
-                            )
-                        )
-                        try:
+                        gateway = None if policy in direct else gws[plan[policy][0]][0]
+                        async with target.watching(watched, Path(epath), gateway):
                             if policy in direct:  # an engine alone, no gateway (e.g. Dynamic SD)
                                 e = direct[policy]
                                 url = target.urls[e.name]
@@ -133,9 +122,6 @@ async def run(args: argparse.Namespace) -> int:
                                     url, conc, args, target.time_scale, seed, cache_salt=salt
                                 )
                                 await save_state(url, states, conc=conc, round=rnd, slot=label)
-                        finally:
-                            watcher.cancel()
-                            await asyncio.gather(watcher, return_exceptions=True)
                         row = window_row(conc, rnd, label, policy, recs)
                         row.update(engine_columns(summarize(load_watch(Path(epath)))))
                         windows.append(row)

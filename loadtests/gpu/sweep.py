@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -44,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
+from engine_watch import watching  # noqa: E402
 from engines import ENGINES, MODEL, Engine, by_name  # noqa: E402
 
 from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
@@ -67,8 +69,16 @@ class Target:
     # engines' pids.json), or the one emulator process
     pids: dict[str, int] = field(default_factory=dict)
 
-    def watched_pids(self, names: list[str]) -> dict[str, int]:
-        return {n: p for n, p in self.pids.items() if n in names or n == "emulator"}
+    def watching(
+        self, engines: list[Engine], path: Path, gateway: Proc | None = None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Each second while the block runs, what ``engines`` did and the CPU of their
+        processes and of ``gateway``'s, into ``path`` (:mod:`engine_watch`)."""
+        names = {e.name for e in engines}
+        pids = {n: p for n, p in self.pids.items() if n in names or n == "emulator"}
+        if gateway is not None and gateway.proc is not None:
+            pids["gateway"] = gateway.proc.pid
+        return watching({e.name: (self.urls[e.name], e.served) for e in engines}, path, pids)
 
     async def stop(self) -> None:
         if self.proc is not None:

@@ -276,3 +276,19 @@ def test_builtin_table_is_the_physics_decode_grid_at_hundredths_of_a_ms() -> Non
     # The values the built-in copy carried, bit for bit.
     assert (m.table[0][0], m.table[5][5], m.table[8][6]) == (5.52, 8.90, 67.13)
     assert (m.step_ms(1, 1), m.step_ms(256, 8)) == (5.52, 67.13)
+
+
+def test_a_persisting_edge_waits_for_a_cheap_moment_but_not_forever() -> None:
+    """A steady edge that would flip after persist_s while the old engine queues (moving it
+    would re-prefill a batch and re-send its queue) waits for a cheap moment, up to twice
+    persist_s; once cheap, it flips at once."""
+    m = ModeTracker(margin=0.05, band=0.05, evidence=0.5, persist_s=30.0)
+    m.update(0.9, 0.0)
+    t = 0.0
+    while not m.update(1.08, t + 1.0, cheap=False):
+        t += 1.0
+    assert t + 1.0 == pytest.approx(61.0, abs=1.0)  # twice persist_s
+    waited = ModeTracker(margin=0.05, band=0.05, evidence=0.5, persist_s=30.0)
+    waited.update(0.9, 0.0)
+    assert not any(waited.update(1.08, float(i), cheap=False) for i in range(1, 45))
+    assert waited.update(1.08, 45.0, cheap=True) and waited.flips == 1

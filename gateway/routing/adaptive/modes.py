@@ -69,7 +69,8 @@ class ModeTracker:
         """Feed one predicted speed-up; returns whether the model is speculating.
         ``evidence`` overrides the flip threshold for this update. ``cheap``: whether a flip
         now would be cheap (its drain no longer than usual); when it would not be, the flip
-        waits for a cheaper moment until the evidence reaches twice the threshold."""
+        waits for a cheaper moment until the evidence reaches twice the threshold, and a
+        persisting edge until it has persisted twice ``persist_s``."""
         if self.last is None:
             self.last = speedup
             self.speculating = speedup > 1.0 + self.margin + self.premium  # no history: as predicted
@@ -84,7 +85,7 @@ class ModeTracker:
             self.above_s = max(0.0, self.above_s + (dt if above else -dt))
         self.last, self.last_update, self.noise = speedup, now, noise
         need = self.evidence if evidence is None else evidence
-        persisted = 0.0 < self.persist_s <= self.above_s
+        persisted = 0.0 < self.persist_s <= self.above_s and (cheap or self.above_s >= 2.0 * self.persist_s)
         if persisted or (self.against >= need and (cheap or self.against >= 2.0 * need)):
             self.speculating = not self.speculating
             self.last_flip = now

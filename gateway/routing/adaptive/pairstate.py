@@ -70,10 +70,17 @@ class PairState(RegimePricing):
         self._peered_until = -math.inf
 
     def _assess(
-        self, spec_load: float, base_load: float, now: float, *, following: bool
+        self,
+        spec_load: float,
+        base_load: float,
+        now: float,
+        *,
+        following: bool,
+        queued: tuple[bool, bool] = (False, False),
     ) -> tuple[RegimeCosts, float]:
         """Price both regimes at the load a request found, and update the mode with the
-        predicted speed-up (unless the leader's regime is followed). Returns (costs, load)."""
+        predicted speed-up (unless the leader's regime is followed); ``queued``: whether the
+        spec and the plain engine were seen queueing. Returns (costs, load)."""
         load = self.live.batch(spec_load + base_load + 1.0)
         self.live.last_load = load
         self._loads.append((now, load))
@@ -84,9 +91,14 @@ class PairState(RegimePricing):
         if not following:
             # A flip leaves the old engine's requests running beside the new one's: flip when
             # the old engine runs no more than arrivals usually find (not on a burst), which
-            # keeps the drain, and the requests it slows, to the usual.
+            # keeps the drain, and the requests it slows, to the usual. An old engine that
+            # queues is never a cheap flip: moving it re-prefills a whole batch on the new
+            # engine and re-sends its queue there (on a real H200 such a flip-back cost the
+            # moved batch 15-26 ms steps for 8 s); on a saturated pair with a few per cent
+            # to gain, the flip waits for the queue to go.
             old = spec_load if self.mode.speculating else base_load
-            cheap = old <= max(1.0, self._busy)
+            old_queued = queued[0] if self.mode.speculating else queued[1]
+            cheap = old <= max(1.0, self._busy) and not old_queued
             evidence = self.cfg.switch_evidence * self._drain_s()
             self.mode.update(costs.speedup, now, evidence, cheap=cheap, noise=self._noise(costs))
         return costs, load

@@ -105,7 +105,10 @@ class AdaptivePolicy(PairState):
         following = self.leader_mode is not None
         self.mode.premium = SHARED_PREMIUM if shared else 0.0
         was = self.mode.speculating
-        costs, load = self._assess(engine_load(spec), engine_load(base), now, following=following)
+        queues = ((spec.stats.waiting or 0.0) > 0, (base.stats.waiting or 0.0) > 0)
+        costs, load = self._assess(
+            engine_load(spec), engine_load(base), now, following=following, queued=queues
+        )
         speedup = costs.speedup
         speculating = self.mode.speculating
         # a pair shared with other replicas: no try at spec during a back-off, and back to
@@ -129,7 +132,7 @@ class AdaptivePolicy(PairState):
             speculating = True
         self._quiet_pair(in_flight)
         quiet = self._regime_quiet() and not shared
-        queued = (spec.stats.waiting or 0.0) > 0
+        queued = queues[0]
         explored: bool | None = None  # the engine being explored (True: spec), if one is
         if not quiet and not shared and not following:
             explorer, scales = self.explorer, self.live.scales

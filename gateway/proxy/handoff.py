@@ -177,8 +177,17 @@ class MoveRelay(Relay):
         req = self.move_request
         if sibling is None or req is None:
             return None
-        got = await continue_on(req, sibling, self.pool.session(sibling.name), ticket, deadline)
+        # The continuation is the sibling's request from the moment it is asked (it may queue
+        # there for seconds): counted there at once, the engine's scraped gauges never show
+        # this gateway's own request as another replica's (routing.adaptive.shared).
+        sibling.inflight += 1
+        try:
+            got = await continue_on(req, sibling, self.pool.session(sibling.name), ticket, deadline)
+        except BaseException:
+            sibling.inflight -= 1
+            raise
         if isinstance(got, str):
+            sibling.inflight -= 1
             if got not in _NOT_THE_ENGINES:
                 sibling.record_failure(got)
             self._moved(side.rt.name, got)
@@ -187,7 +196,6 @@ class MoveRelay(Relay):
         sibling.record_success()
         side.resp.close()  # the old engine aborts the request
         side.rt.inflight -= 1
-        sibling.inflight += 1
         self._moved(side.rt.name, "moved")
         side.rt, side.resp, side.first = sibling, resp, first
         return cont

@@ -227,6 +227,7 @@ _TRACE_KEYS = (
     "mix_verified_tokens_per_step",
     "live_acceptance_ratio",
     "step_scale",
+    "shared_pair",  # other replicas' requests seen on the pair lately (the premium applies)
     "measured_vs_model",
 )
 

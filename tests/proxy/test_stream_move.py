@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 from gateway.api.app import build_app
 from gateway.api.state import STATE
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.proxy import handoff
 from gateway.proxy.move import MoveBoard, MoveTicket
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
@@ -272,6 +273,38 @@ async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
         assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
         assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 1
         assert gw.app[STATE].models["qwen3-8b"].engines["spec0"].inflight == 0
+
+
+async def test_a_moving_stream_counts_on_the_sibling_from_the_moment_it_is_asked(
+    slow_pair: EmulatorGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the sibling is asked to continue (its request may queue there for seconds) the
+    stream is on both engines, and the gateway's own counts say so: counted on the sibling
+    only at its first event, the engine's scraped gauges showed it as another replica's
+    request, and the adaptive policy took the pair for a shared one."""
+    seen: list[tuple[int, int]] = []
+    real = handoff.continue_on
+
+    async def spy(req: Any, sibling: Any, session: Any, ticket: Any, deadline: float) -> Any:
+        engines = gw.app[STATE].models["qwen3-8b"].engines
+        seen.append((engines["spec0"].inflight, sibling.inflight))
+        return await real(req, sibling, session, ticket, deadline)
+
+    monkeypatch.setattr(handoff, "continue_on", spy)
+    async with _gateway(slow_pair, Flipper()) as (gw, client):
+
+        async def drain(n: int) -> None:
+            if n == 8:
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.post(str(gw.make_url("/admin/drain")), json={"engine": "spec0", "move": True}) as r,
+                ):
+                    assert r.status == 200
+
+        moved = await _stream(client, drain)
+        assert moved["usage"].completion_tokens == TOKENS
+        assert seen == [(1, 1)]  # the one stream, on the old engine and on the sibling
+        assert all(e.inflight == 0 for e in gw.app[STATE].models["qwen3-8b"].engines.values())
 
 
 async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_a_flip(

@@ -7,8 +7,8 @@ replicas agree through, with no channel between them. When the others run the re
 replica is not in, the pair is split and every request waits for both engines' steps,
 which costs far more than either regime's edge near break-even.
 
-So on a shared pair (others' requests seen within the last minute) plain is the regime
-replicas meet on, and speculation must be decisive:
+So on a shared pair (others' requests seen within the last minute, in two scrapes of an
+engine in a row) plain is the regime replicas meet on, and speculation must be decisive:
 
 - each replica's own evidence takes it to spec only beyond a premium (``SHARED_PREMIUM``,
   which the policy sets as :attr:`~gateway.routing.adaptive.modes.ModeTracker.premium`,
@@ -70,6 +70,9 @@ class SharedPair:
         # after each decision
         self._own: dict[tuple[str, str], deque[tuple[float, int, int]]] = {}
         self._shared_until = -math.inf
+        # per engine, the scrape that first showed others' requests, in a run of scrapes
+        # that all do (:meth:`_seen_twice`)
+        self._foreign_at: dict[str, float] = {}
         self._alone_since = math.inf  # speculating while others run plain, since
         self._held_since = math.inf  # speculating with nobody on plain, since
         self._backoff = _BACKOFF_S[0]
@@ -78,9 +81,21 @@ class SharedPair:
     def view(self, spec: EngineView, base: EngineView, now: float) -> DeviceView:
         own = self._own.get((spec.name, base.name), ())
         fs, fb = _foreign(spec, own), _foreign(base, own)
-        if max(fs, fb) >= 1.0:
+        if self._seen_twice(spec, fs) | self._seen_twice(base, fb):
             self._shared_until = now + _SHARED_HOLD_S
         return DeviceView(fs, fb, spec.inflight > 0 or fs >= 1.0, base.inflight > 0 or fb >= 1.0)
+
+    def _seen_twice(self, e: EngineView, foreign: float) -> bool:
+        """Whether others' requests show on ``e`` in two of its scrapes in a row. One scrape
+        can hold a request of this replica's that the engine has not dropped yet (one it
+        stopped relaying: a moved stream, a client gone; vLLM aborts it at its next step),
+        which lasts less than a scrape; another replica's requests run for seconds."""
+        at = e.stats.at
+        if foreign < 1.0:
+            self._foreign_at.pop(e.name, None)
+            return False
+        first = self._foreign_at.setdefault(e.name, at)
+        return at > first
 
     def shared(self, now: float) -> bool:
         """Whether others' requests were seen on the pair lately (module doc)."""

@@ -34,6 +34,7 @@ from gateway.routing.types import (
 )
 
 Clock = Callable[[], float]
+_CLOSED_KEPT_S = 10.0  # early closes a view carries: scrapes older than this are stale anyway
 
 
 class EngineRuntime:
@@ -63,6 +64,8 @@ class EngineRuntime:
         self._window_failures = 0
         self._clock = clock
         self.inflight = 0
+        # requests closed before the engine finished them, newest last (EngineView.closed_at)
+        self._closed_at: deque[float] = deque(maxlen=256)
         # requests other gateway replicas have in flight here, as their peer channel last
         # told (gateway.peers); 0 without one
         self.peer_inflight = 0
@@ -90,6 +93,12 @@ class EngineRuntime:
             self.inflight -= 1
             if self.on_inflight is not None:
                 self.on_inflight()
+
+    def closed_early(self) -> None:
+        """The gateway stopped relaying a request this engine had not finished (closing the
+        response is what makes vLLM abort it, at its next step): its scraped gauges count the
+        request a moment longer than ``inflight`` does."""
+        self._closed_at.append(self._clock())
 
     # -- passive health --------------------------------------------------------------
     def record_success(self, now: float | None = None) -> None:
@@ -141,6 +150,7 @@ class EngineRuntime:
             draining=self.draining,
             stale=fresh is None,
             inflight=self.inflight + self.peer_inflight,
+            closed_at=tuple(t for t in self._closed_at if t >= now - _CLOSED_KEPT_S),
             method=self.config.method,
             k=self.config.k,
             stats=fresh if fresh is not None else UNKNOWN_STATS,

@@ -123,6 +123,7 @@ class ProxyCall(StreamRelay, BodyRelay):
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
+                rt.closed_early()  # queued there: the engine drops it once it sees the close
                 self._withdraw_ticket()
                 result.moved = True
                 self.telemetry.stream_moved(name, "moved_queued")
@@ -271,8 +272,9 @@ class ProxyCall(StreamRelay, BodyRelay):
                 # otherwise closing it is what tells the engine to abort the request.
                 if resp.content.is_eof():
                     resp.release()
-                else:
+                elif not resp.closed:  # (a moved stream's was closed at its move)
                     resp.close()
+                    rt.closed_early()
 
     async def _engine_5xx(
         self, rt: EngineRuntime, resp: aiohttp.ClientResponse, reason: str | None, until: float

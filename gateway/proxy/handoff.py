@@ -195,6 +195,7 @@ class MoveRelay(Relay):
         resp, first, cont = got
         sibling.record_success()
         side.resp.close()  # the old engine aborts the request
+        side.rt.closed_early()
         side.rt.inflight -= 1
         self._moved(side.rt.name, "moved")
         side.rt, side.resp, side.first = sibling, resp, first

@@ -161,6 +161,10 @@ class EngineView:
     draining: bool = False
     stale: bool = False  # scraped metrics are too old or missing: ``stats`` is all unknown
     inflight: int = 0  # the gateway's own exact count of requests in flight on this engine
+    # when (this clock) the gateway lately stopped relaying requests the engine had not
+    # finished (a moved stream, a client gone): the engine counts each until it aborts it,
+    # a step or so later
+    closed_at: tuple[float, ...] = ()
     method: str | None = None  # speculative method as declared in --speculative-config
     k: int = 0  # num_speculative_tokens
     stats: EngineStats = UNKNOWN_STATS  # the scraped signals (UNKNOWN_STATS when stale)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,7 +305,11 @@ async def test_a_moving_stream_counts_on_the_sibling_from_the_moment_it_is_asked
         moved = await _stream(client, drain)
         assert moved["usage"].completion_tokens == TOKENS
         assert seen == [(1, 1)]  # the one stream, on the old engine and on the sibling
-        assert all(e.inflight == 0 for e in gw.app[STATE].models["qwen3-8b"].engines.values())
+        engines = gw.app[STATE].models["qwen3-8b"].engines
+        assert all(e.inflight == 0 for e in engines.values())
+        # the old engine aborts it a step later: its view says when it was let go
+        closes = engines["spec0"].view(time.monotonic(), 5.0).closed_at
+        assert len(closes) == 1 and engines["base0"].view(0.0, 5.0).closed_at == ()
 
 
 async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_a_flip(

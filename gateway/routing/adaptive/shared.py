@@ -7,8 +7,8 @@ replicas agree through, with no channel between them. When the others run the re
 replica is not in, the pair is split and every request waits for both engines' steps,
 which costs far more than either regime's edge near break-even.
 
-So on a shared pair (others' requests seen within the last minute, in two scrapes of an
-engine in a row) plain is the regime replicas meet on, and speculation must be decisive:
+So on a shared pair (others' requests seen within the last minute) plain is the regime
+replicas meet on, and speculation must be decisive:
 
 - each replica's own evidence takes it to spec only beyond a premium (``SHARED_PREMIUM``,
   which the policy sets as :attr:`~gateway.routing.adaptive.modes.ModeTracker.premium`,
@@ -43,6 +43,9 @@ from gateway.routing.types import EngineView, Route
 SHARED_PREMIUM = 0.15  # extra predicted speed-up spec needs on a pair shared with others
 _OWN_HORIZON_S = 30.0  # own in-flight counts kept this long (older scrapes are stale)
 _SHARED_HOLD_S = 60.0  # a pair where others' requests were seen counts as shared this long
+# how long an engine may still count a request this replica stopped relaying (vLLM aborts
+# it at its next step; a step at a saturated batch with prefill runs up to tens of ms)
+_ABORT_LAG_S = 1.0
 _GRACE_DURATIONS = 1.0  # how long a replica speculating alone waits for the others
 _BACKOFF_S = (10.0, 160.0)  # back-off after a failed try at spec: first, longest
 # A replica that left spec on its own evidence does not follow the others back to it for
@@ -70,9 +73,6 @@ class SharedPair:
         # after each decision
         self._own: dict[tuple[str, str], deque[tuple[float, int, int]]] = {}
         self._shared_until = -math.inf
-        # per engine, the scrape that first showed others' requests, in a run of scrapes
-        # that all do (:meth:`_seen_twice`)
-        self._foreign_at: dict[str, float] = {}
         self._alone_since = math.inf  # speculating while others run plain, since
         self._held_since = math.inf  # speculating with nobody on plain, since
         self._backoff = _BACKOFF_S[0]
@@ -81,21 +81,9 @@ class SharedPair:
     def view(self, spec: EngineView, base: EngineView, now: float) -> DeviceView:
         own = self._own.get((spec.name, base.name), ())
         fs, fb = _foreign(spec, own), _foreign(base, own)
-        if self._seen_twice(spec, fs) | self._seen_twice(base, fb):
+        if max(fs, fb) >= 1.0:
             self._shared_until = now + _SHARED_HOLD_S
         return DeviceView(fs, fb, spec.inflight > 0 or fs >= 1.0, base.inflight > 0 or fb >= 1.0)
-
-    def _seen_twice(self, e: EngineView, foreign: float) -> bool:
-        """Whether others' requests show on ``e`` in two of its scrapes in a row. One scrape
-        can hold a request of this replica's that the engine has not dropped yet (one it
-        stopped relaying: a moved stream, a client gone; vLLM aborts it at its next step),
-        which lasts less than a scrape; another replica's requests run for seconds."""
-        at = e.stats.at
-        if foreign < 1.0:
-            self._foreign_at.pop(e.name, None)
-            return False
-        first = self._foreign_at.setdefault(e.name, at)
-        return at > first
 
     def shared(self, now: float) -> bool:
         """Whether others' requests were seen on the pair lately (module doc)."""
@@ -149,7 +137,9 @@ def _foreign(e: EngineView, own: Reversible[tuple[float, int, int]]) -> float:
     """Requests on an engine that are not this replica's, as of its last scrape. This
     replica's own count at the scrape is bounded by the most it had there since the
     decision before the scrape, so its requests that finished since are not read as
-    someone else's."""
+    someone else's; nor are those it stopped relaying within ``_ABORT_LAG_S`` before the
+    scrape (a flip's moved streams: read as another replica's, they made the pair
+    "shared" for a minute after every flip on a real H200)."""
     st = e.stats
     if e.stale or st.running is None:
         return 0.0
@@ -159,4 +149,6 @@ def _foreign(e: EngineView, own: Reversible[tuple[float, int, int]]) -> float:
         mine = max(mine, float(rec[col]))
         if rec[0] <= st.at:
             break
+    # and those it stopped relaying just before the scrape, which the engine still counted
+    mine += sum(1 for t in e.closed_at if st.at - _ABORT_LAG_S <= t <= st.at)
     return st.running + (st.waiting or 0.0) - mine

@@ -626,15 +626,10 @@ def test_requests_the_hard_rules_route_are_this_replicas_own_not_anothers() -> N
     d = p.decide(EDIT, later, 10.5)
     assert not p.shared.shared(10.5)
     assert d.reason in {Reason.IDLE_PAIR, Reason.PRIOR}  # the pair is idle: the request chooses
-    # another replica's request on plain, by contrast, makes the pair shared once a second
-    # scrape still shows it
+    # another replica's request on plain, by contrast, makes the pair shared
     other = view(with_(SPEC, running=0.0, at=11.0), with_(BASE, inflight=0, running=1.0, at=11.0))
-    p.decide(EDIT, other, 11.5)
-    assert not p.shared.shared(11.5)
-    # (this replica's request at 11.5 joined it on plain: the scrape shows both)
-    still = view(with_(SPEC, running=0.0, at=12.0), with_(BASE, inflight=0, running=2.0, at=12.0))
-    p.decide(EDIT, still, 12.5)
-    assert p.shared.shared(12.5) and p.snapshot()["shared_pair"] is True
+    p.decide(EDIT, other, 12.0)
+    assert p.shared.shared(12.0) and p.snapshot()["shared_pair"] is True
 
 
 @pytest.mark.parametrize("move_on_flip", [True, False])
@@ -668,31 +663,27 @@ def test_a_replica_in_fallback_follows_the_others_to_spec_unless_it_just_left_it
     engines' steps. A replica that has just left spec on its own evidence holds plain
     instead (the others' grace brings them to plain), so the two never chase each other."""
     p = policy()
-
-    def scrape(spec_running: float, base_running: float, at: float) -> ModelView:
-        return view(
-            with_(SPEC, inflight=0, running=spec_running, at=at),
-            with_(BASE, inflight=0, running=base_running, at=at),
-        )
-
-    # others' requests on spec only (two scrapes show 3 running, none of them this
-    # replica's: the one it sends at 9.0 is the fourth)
-    p.decide(CHAT_HOT, scrape(3.0, 0.0, 8.9), 9.0)
+    # others' requests on spec only (the scrape shows 3 running, none of them this replica's)
+    others_on_spec = view(
+        with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=0.0, at=9.9)
+    )
+    p.decide(CHAT_HOT, others_on_spec, 9.0)
     p.mode.speculating = False  # in fallback, since long ago
-    d = p.decide(CHAT_HOT, scrape(4.0, 0.0, 9.9), 10.0)
+    d = p.decide(CHAT_HOT, others_on_spec, 10.0)
     assert p.shared.shared(10.0) and p.mode.speculating
     assert d.route is Route.SPEC and d.move_from is Route.BASE  # its own plain streams move too
     # a replica that left spec a moment ago on its own evidence stays on plain
     q = policy()
-    q.decide(CHAT_HOT, scrape(3.0, 0.0, 8.9), 9.0)
+    q.decide(CHAT_HOT, others_on_spec, 9.0)
     q.mode.speculating, q.mode.last_flip = False, 9.5
-    d = q.decide(CHAT_HOT, scrape(4.0, 0.0, 9.9), 10.0)
+    d = q.decide(CHAT_HOT, others_on_spec, 10.0)
     assert not q.mode.speculating and d.route is Route.BASE
     # and nobody follows into a split: others on both engines leave it where it is
     r = policy()
-    r.decide(CHAT_HOT, scrape(3.0, 2.0, 8.9), 9.0)
+    split = view(with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=2.0, at=9.9))
+    r.decide(CHAT_HOT, split, 9.0)
     r.mode.speculating = False
-    assert r.decide(CHAT_HOT, scrape(4.0, 3.0, 9.9), 10.0).route is Route.BASE and not r.mode.speculating
+    assert r.decide(CHAT_HOT, split, 10.0).route is Route.BASE and not r.mode.speculating
 
 
 def test_a_change_of_traffic_flips_within_a_few_of_its_requests() -> None:

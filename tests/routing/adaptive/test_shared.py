@@ -3,6 +3,8 @@ replica speculating alone coming back to plain."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.routing.adaptive.shared import SharedPair
 from gateway.routing.types import EngineStats, EngineView, Route
 
@@ -21,30 +23,10 @@ def test_others_load_is_the_scrape_beyond_this_replicas_own_requests() -> None:
     dv = sp.view(engine(Route.SPEC, 1, 3.0, at=10.0), engine(Route.BASE, 0, 0.0, at=10.0), 11.0)
     assert dv.foreign_spec <= 0.0 and not dv.runs_base and dv.runs_spec
     assert not sp.shared(11.0)
-    # another replica's two requests on plain: seen in one scrape, the pair runs split, but
-    # it counts as shared once a second scrape still shows them
+    # another replica's two requests on plain
     dv = sp.view(engine(Route.SPEC, 1, 3.0, at=10.0), engine(Route.BASE, 0, 2.0, at=10.0), 11.0)
-    assert dv.foreign_base == 2.0 and dv.split and not sp.shared(11.0)
-    dv = sp.view(engine(Route.SPEC, 1, 3.0, at=10.0), engine(Route.BASE, 0, 2.0, at=10.0), 11.2)
-    assert not sp.shared(11.2)  # the same scrape read again
-    sp.view(engine(Route.SPEC, 1, 3.0, at=11.0), engine(Route.BASE, 0, 2.0, at=11.0), 12.0)
-    assert sp.shared(12.0) and sp.shared(71.0)
-    assert not sp.shared(72.5)
-
-
-def test_a_request_the_engine_drops_a_scrape_late_is_not_another_replicas() -> None:
-    """A flip moves this replica's streams off spec: the engine aborts them at its next step,
-    so the scrape just after still counts some of them. One scrape like that does not make
-    the pair shared (which would ask spec for a 15 % premium for a minute); the next scrape,
-    without them, clears it."""
-    sp = SharedPair()
-    sp.record(29.0, engine(Route.SPEC, 60, None, 0), engine(Route.BASE, 0, None, 0), Route.SPEC)
-    sp.record(29.5, engine(Route.SPEC, 0, None, 0), engine(Route.BASE, 60, None, 0), Route.BASE)
-    late = sp.view(engine(Route.SPEC, 0, 12.0, at=30.0), engine(Route.BASE, 61, 61.0, at=30.0), 30.2)
-    assert late.foreign_spec == 12.0 and not sp.shared(30.2)
-    sp.view(engine(Route.SPEC, 0, 0.0, at=31.0), engine(Route.BASE, 61, 61.0, at=31.0), 31.2)
-    sp.view(engine(Route.SPEC, 0, 5.0, at=32.0), engine(Route.BASE, 61, 61.0, at=32.0), 32.2)
-    assert not sp.shared(32.2)  # not two scrapes in a row
+    assert dv.foreign_base == 2.0 and dv.split and sp.shared(11.0) and sp.shared(70.0)
+    assert not sp.shared(72.0)
 
 
 def test_a_replica_speculating_alone_comes_back_and_backs_off() -> None:
@@ -61,3 +43,26 @@ def test_a_replica_speculating_alone_comes_back_and_backs_off() -> None:
     # with nobody on plain, spec holds
     alone = sp.view(spec, engine(Route.BASE, 0, 0.0, at=0.0), 50.0)
     assert not sp.back_to_plain(alone, speculating=True, duration_s=2.0, now=50.0)
+
+
+def test_requests_this_replica_stopped_relaying_are_not_anothers() -> None:
+    """A flip moves this replica's streams off spec: the engine aborts them at its next
+    step, so a scrape taken just after still counts them. Those closed within a second
+    before the scrape are this replica's; a count beyond them is another replica's."""
+    sp = SharedPair()
+    sp.record(29.0, engine(Route.SPEC, 60, None, 0), engine(Route.BASE, 0, None, 0), Route.SPEC)
+    sp.record(29.5, engine(Route.SPEC, 0, None, 0), engine(Route.BASE, 60, None, 0), Route.BASE)
+    moved = tuple(29.6 + i * 0.001 for i in range(12))  # 12 closed at 29.6, scraped at 30.0
+    spec = EngineView(
+        name="spec",
+        route=Route.SPEC,
+        inflight=0,
+        closed_at=moved,
+        stats=EngineStats(at=30.0, running=12.0, waiting=0.0),
+    )
+    dv = sp.view(spec, engine(Route.BASE, 61, 61.0, at=30.0), 30.2)
+    assert dv.foreign_spec == 0.0 and not sp.shared(30.2)
+    # the same closes two seconds before a scrape that still shows 12: someone else's
+    late = replace(spec, stats=EngineStats(at=31.7, running=12.0, waiting=0.0))
+    dv = sp.view(late, engine(Route.BASE, 61, 61.0, at=31.7), 31.8)
+    assert dv.foreign_spec == 12.0 and sp.shared(31.8)

@@ -120,6 +120,9 @@ class StepTimeProfile(ABC):
     #: drafter (k=4, mean acceptance length 3.36) lost to the plain engine at every
     #: concurrency, while the pure forward steps alone say it should win at batch 1.
     draft_pass_overhead_ms: float = 3.0
+    #: An EAGLE-style head's forward per draft token, as a share of one target step (about
+    #: one decoder layer and the LM head).
+    head_step_fraction: float = 0.07
 
     @abstractmethod
     def step_ms(self, batch: float, q: float = 1.0, ctx: float = BASE_CTX) -> float:
@@ -146,7 +149,7 @@ class StepTimeProfile(ABC):
             return k * (per_pass + self.draft_pass_overhead_ms)
         # EAGLE-style heads: about one decoder layer + LM head of the target per draft token,
         # run k times (HEAD_METHODS, and any method not in the vocabulary) or once.
-        head = 0.07 * self.step_ms(batch, 1.0, ctx)
+        head = self.head_step_fraction * self.step_ms(batch, 1.0, ctx)
         if method in ONE_PASS_METHODS:
             return head
         return k * head
@@ -281,7 +284,8 @@ def _h200(model: str, name: str, ctx_scale: float) -> GridProfile:
     )
 
 
-PROFILE_NAMES = ("h200-qwen3-8b", "h200-qwen3-32b", "l4-qwen3-8b", "h200-vllm-0.20.2-measured")
+MEASURED_PROFILES = ("h200-vllm-0.20.2-measured", "h200-vllm-0.26.0-measured")
+PROFILE_NAMES = ("h200-qwen3-8b", "h200-qwen3-32b", "l4-qwen3-8b", *MEASURED_PROFILES)
 
 
 def _measured(name: str) -> StepTimeProfile:
@@ -307,7 +311,7 @@ def get_profile(name: str) -> StepTimeProfile:
     if name == "h200-qwen3-32b":
         # No long-context rows for 32B: scale the 8B context slope by the KV bytes per token.
         return _h200("qwen3-32b", name, QWEN3_32B.kv_bytes_per_token / QWEN3_8B.kv_bytes_per_token)
-    if name == "h200-vllm-0.20.2-measured":
+    if name in MEASURED_PROFILES:
         return _measured(name)
     if name == "l4-qwen3-8b":
         return RooflineProfile(name, "qwen3-8b", QWEN3_8B, bandwidth_gbs=300, tflops=121, overhead_ms=2.0)

@@ -90,9 +90,8 @@ async def run(args: argparse.Namespace) -> int:
     target = await start_target(args, engines, str(logdir))
     port = free_port()
     path = logdir / "gateway.yaml"
-    path.write_text(
-        yaml.safe_dump(gateway_config(port, spec, base, target.urls, "adaptive")), encoding="utf-8"
-    )
+    cfg = gateway_config(port, spec, base, target.urls, "adaptive", args.profile)
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     gw = Proc(
         "gateway", ["serve", "--config", str(path), "--log-level", "WARNING"], str(logdir / "gateway.log")
     )

@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace) -> int:
             port = free_port()
             path = os.path.join(logdir, f"gateway-{policy}.yaml")
             with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
-                yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy), fh)
+                yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy, args.profile), fh)
             gw = Proc("gateway", ["serve", "--config", path, "--log-level", "WARNING"], path[:-5] + ".log")
             url = f"http://127.0.0.1:{port}"
             gws[policy] = (gw, url)

@@ -140,7 +140,7 @@ async def check(args: argparse.Namespace) -> int:
     port = free_port()
     path = os.path.join(args.out, "logs", "gateway.yaml")
     with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
-        yaml.safe_dump(gateway_config(port, spec, base, target.urls, "adaptive"), fh)
+        yaml.safe_dump(gateway_config(port, spec, base, target.urls, "adaptive", args.profile), fh)
     gw = Proc(
         "gateway",
         ["serve", "--config", path, "--log-level", "WARNING"],

@@ -52,7 +52,9 @@ from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
 from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
 from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
+from gateway.physics import PROFILE_NAMES  # noqa: E402
 from gateway.routing.factory import ADAPTIVE, ALWAYS_BASE, ALWAYS_SPEC  # noqa: E402
+from gateway.routing.steptime import DEFAULT_PROFILE  # noqa: E402
 from gateway.workload import TemperatureDist, sample, to_openai_body  # noqa: E402
 
 POLICIES = (ALWAYS_BASE, ALWAYS_SPEC, ADAPTIVE)
@@ -145,7 +147,7 @@ async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: 
 
 
 def gateway_config(
-    port: int, spec: Engine, base: Engine, urls: dict[str, str], policy: str
+    port: int, spec: Engine, base: Engine, urls: dict[str, str], policy: str, profile: str = DEFAULT_PROFILE
 ) -> dict[str, Any]:
     sc = spec.spec or {}
     spec_cfg: dict[str, Any] = {
@@ -172,7 +174,7 @@ def gateway_config(
                     }
                 ],
                 "timeouts": {"connect_s": 5.0, "first_byte_s": 600.0, "idle_s": 120.0, "total_s": 1200.0},
-                "routing": {"policy": policy},
+                "routing": {"policy": policy, "profile": profile},
             }
         ],
     }
@@ -288,7 +290,7 @@ async def run_policy(
     port = free_port()
     cfg_path = os.path.join(out, "logs", f"gateway-{tag}.yaml")
     with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
-        yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy), fh)
+        yaml.safe_dump(gateway_config(port, spec, base, target.urls, policy, args.profile), fh)
     gw = Proc(
         "gateway",
         ["serve", "--config", cfg_path, "--log-level", "WARNING"],
@@ -401,6 +403,12 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--time-scale", type=float, default=1.0, help="emulated: wall seconds per emulated second")
     p.add_argument("--emu-profile", default="h200-qwen3-8b", help="emulated: step-time profile")
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        choices=PROFILE_NAMES,
+        help="the gateway's step-time prior (routing.profile), e.g. h200-vllm-0.26.0-measured",
+    )
     p.add_argument(
         "--emu-blocks", default="", help='emulated: JSON {"engine": num_gpu_blocks} from real pages'
     )

@@ -103,3 +103,50 @@ def test_ngram_step_without_drafts_costs_the_measured_host_time() -> None:
     pred = p.step_ms(1, 1, CTX) + p.draft_ms("ngram", 5, 1) + p.spec_host_overhead_ms
     assert spec > 1.3 * base
     assert pred == pytest.approx(spec, rel=0.15)
+
+
+ROUND2 = Path(__file__).resolve().parents[2] / "results" / "gpu" / "round2"
+MEASURED_026 = "h200-vllm-0.26.0-measured"
+
+
+def _round2_ratios() -> dict[int, float]:
+    """Real vLLM 0.26.0 on the H200: EAGLE-3 (k=3, AL 1.6) ÷ plain mean TPOT per concurrency,
+    from the interleaved windows of round 2 (ilA: C = 1, 8; ilB: C = 32, 64)."""
+    out: dict[int, float] = {}
+    for run in ("ilA", "ilB"):
+        with open(ROUND2 / run / "report.json", encoding="utf-8") as fh:
+            result = json.load(fh)["result"]
+        for conc, point in result.items():
+            slots = point["slots"]
+            spec = slots["always-spec"]["tpot_mean_ms"]["point"]
+            base = slots["always-base"]["tpot_mean_ms"]["point"]
+            out[int(conc)] = spec / base
+    return out
+
+
+def _profile_ratio(profile: str, conc: int, al: float = 1.6, k: int = 3) -> float:
+    p = get_profile(profile)
+    spec = p.step_ms(conc, k + 1, CTX) + p.draft_ms("eagle3", k, conc, CTX) + p.spec_host_overhead_ms
+    return spec / al / p.step_ms(conc, 1, CTX)
+
+
+def test_the_026_profile_prices_eagle3_against_plain_as_vllm_026_ran_them() -> None:
+    """What routing decides on is the ratio of the two engines' time per token. The profile
+    fitted to vLLM 0.26.0 (EAGLE-3 with async scheduling on: less host time, a cheaper head)
+    lands within 7 % of the real ratio at every concurrency of round 2; the h200-qwen3-8b
+    constants price spec dearer at every one, by up to 18 %."""
+    assert MEASURED_026 in PROFILE_NAMES
+    real = _round2_ratios()
+    assert sorted(real) == [1, 8, 32, 64]
+    new = {c: _profile_ratio(MEASURED_026, c) for c in real}
+    old = {c: _profile_ratio("h200-qwen3-8b", c) for c in real}
+    for c, r in real.items():
+        assert abs(new[c] / r - 1) < 0.07, (c, new[c], r)
+        assert old[c] > new[c]  # the generic constants price spec dearer
+    err = {
+        name: statistics.mean(abs(v[c] / real[c] - 1) for c in real)
+        for name, v in (("new", new), ("old", old))
+    }
+    assert err["new"] < 0.5 * err["old"]
+    # the plain engine's steps are the same measured grid
+    assert get_profile(MEASURED_026).step_ms(64, 1) == get_profile("h200-qwen3-8b").step_ms(64, 1)

@@ -100,6 +100,12 @@ class EngineRuntime:
         request a moment longer than ``inflight`` does."""
         self._closed_at.append(self._clock())
 
+    def _recent_closes(self, now: float) -> tuple[float, ...]:
+        closed = self._closed_at
+        while closed and closed[0] < now - _CLOSED_KEPT_S:  # oldest first: drop what aged out
+            closed.popleft()
+        return tuple(closed)
+
     # -- passive health --------------------------------------------------------------
     def record_success(self, now: float | None = None) -> None:
         self.consecutive_failures = 0
@@ -150,7 +156,7 @@ class EngineRuntime:
             draining=self.draining,
             stale=fresh is None,
             inflight=self.inflight + self.peer_inflight,
-            closed_at=tuple(t for t in self._closed_at if t >= now - _CLOSED_KEPT_S),
+            closed_at=self._recent_closes(now),
             method=self.config.method,
             k=self.config.k,
             stats=fresh if fresh is not None else UNKNOWN_STATS,

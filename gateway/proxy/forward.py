@@ -28,7 +28,7 @@ from aiohttp import web
 from gateway.config.models import ModelConfig
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.body import splice_model
-from gateway.proxy.handoff import MoveRequest, TicketHold
+from gateway.proxy.handoff import MoveRequest, TicketHold, release
 from gateway.proxy.move import MOVE, MoveBoard, MoveTicket
 from gateway.proxy.nonstream import BodyRelay
 from gateway.proxy.pool import UpstreamPool
@@ -268,13 +268,7 @@ class ProxyCall(StreamRelay, BodyRelay):
                 await self._relay_body(rt, resp, until, result, total=total)
         finally:
             if resp is not None:
-                # Keep the connection only when the engine's response was read to the end;
-                # otherwise closing it is what tells the engine to abort the request.
-                if resp.content.is_eof():
-                    resp.release()
-                elif not resp.closed:  # (a moved stream's was closed at its move)
-                    resp.close()
-                    rt.closed_early()
+                release(resp, rt)
 
     async def _engine_5xx(
         self, rt: EngineRuntime, resp: aiohttp.ClientResponse, reason: str | None, until: float

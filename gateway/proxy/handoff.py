@@ -123,12 +123,15 @@ class Side:
     first: bytes = b""  # the sibling's first bytes, read before the move was made
 
 
-def release(resp: aiohttp.ClientResponse) -> None:
-    """Keep the connection only when the response was read to the end; else close it."""
+def release(resp: aiohttp.ClientResponse, rt: EngineRuntime) -> None:
+    """Keep the connection only when the response was read to the end; else close it, which
+    is what makes the engine abort the request (``rt`` is told: its gauges count the request
+    a moment longer). A response closed already (a moved stream's) is left as it is."""
     if resp.content.is_eof():
         resp.release()
-    else:
+    elif not resp.closed:
         resp.close()
+        rt.closed_early()
 
 
 class MoveRelay(Relay):
@@ -194,8 +197,7 @@ class MoveRelay(Relay):
             return None
         resp, first, cont = got
         sibling.record_success()
-        side.resp.close()  # the old engine aborts the request
-        side.rt.closed_early()
+        release(side.resp, side.rt)  # the old engine aborts the request
         side.rt.inflight -= 1
         self._moved(side.rt.name, "moved")
         side.rt, side.resp, side.first = sibling, resp, first

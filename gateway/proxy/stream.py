@@ -110,7 +110,7 @@ class StreamRelay(MoveRelay):
             await self._pump(side, chunk, out, deadline, result)
         finally:
             if side.rt is not rt:  # moved: the sibling's response is the relay's own to close
-                release(side.resp)
+                release(side.resp, side.rt)
                 side.rt.inflight -= 1
                 rt.inflight += 1  # the attempt's own count (rt.track) ends with the attempt
 

@@ -21,7 +21,7 @@ from gateway.api.app import build_app
 from gateway.api.state import STATE
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.proxy import handoff
-from gateway.proxy.move import MoveBoard, MoveTicket
+from gateway.proxy.move import MOVE, ORDER_WAIT_S, MoveBoard, MoveTicket
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
 from gateway.telemetry import build_telemetry
@@ -361,3 +361,104 @@ async def test_a_stream_still_waiting_for_its_first_byte_goes_to_the_sibling_at_
                 s.post(spec.url + "/_emulator/faults", json={"hang": "none"}) as r,
             ):
                 pass
+
+
+async def test_a_move_sends_the_answering_streams_before_the_queued_ones() -> None:
+    """The queued requests of a move wait for its answering streams (each withdraws once
+    its continuation is answered or it stays), then go in the order they came; with no
+    answering stream they go at once, and a stream that never reports holds them at most
+    ``ORDER_WAIT_S``."""
+    board = MoveBoard()
+    answering = [board.enlist(Route.SPEC, "spec0") for _ in range(2)]
+    cancelled: list[int] = []
+
+    async def queued_request(i: int) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as exc:
+            assert MOVE in exc.args
+            cancelled.append(i)
+
+    tasks = [asyncio.create_task(queued_request(i)) for i in range(3)]
+    queued = [board.enlist(Route.SPEC, "spec0") for _ in tasks]
+    for ticket, task in zip(queued, tasks, strict=True):
+        ticket.waiting = task
+    other = board.enlist(Route.BASE, "base0")  # not on the flipped route
+    await asyncio.sleep(0)
+    assert board.move(Route.SPEC) == 5
+    assert all(t.wanted for t in answering + queued) and not other.wanted
+    board.withdraw(answering[0])  # one continuation answered
+    await asyncio.sleep(0)
+    assert cancelled == []  # the other stream still asks the sibling
+    board.withdraw(answering[1])
+    await asyncio.gather(*tasks)
+    assert cancelled == [0, 1, 2]  # then the queued ones, in their order
+
+    late = asyncio.create_task(queued_request(9))
+    ticket = board.enlist(Route.BASE, "base0")
+    ticket.waiting = late
+    await asyncio.sleep(0)
+    assert board.move(Route.BASE) == 2  # `other` answers (never reports here), `ticket` waits
+    await asyncio.sleep(0)
+    assert cancelled == [0, 1, 2]
+    await asyncio.wait_for(late, ORDER_WAIT_S + 5.0)  # released by the bound
+    assert cancelled[-1] == 9
+
+
+async def test_a_flip_keeps_the_order_of_the_streams_it_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slot per engine: a stream answers on spec while another request queues behind
+    it. At the flip the answering stream's continuation reaches the plain engine first and
+    the queued request follows it there: re-sent at once, the whole queued request would
+    take the slot and the moved stream would wait mid-answer for all of it."""
+    group = await start_group(pair_launches(port_spec=0, port_base=0, max_num_seqs=1), time_scale=1.0)
+    enlisted: list[MoveTicket] = []
+    two = asyncio.Event()
+    enlist = MoveBoard.enlist
+
+    def spy(board: MoveBoard, route: Route, engine: str) -> MoveTicket:
+        t = enlist(board, route, engine)
+        enlisted.append(t)
+        if len(enlisted) >= 2:
+            two.set()
+        return t
+
+    monkeypatch.setattr(MoveBoard, "enlist", spy)
+    policy = Flipper()
+    try:
+        async with _gateway(group, policy) as (gw, client):
+            queued_first: list[float] = []
+
+            async def queued_stream() -> dict[str, Any]:
+                async def first(n: int) -> None:
+                    if n == 1:
+                        queued_first.append(time.monotonic())
+
+                return await _stream(client, first)
+
+            second: asyncio.Task[dict[str, Any]] | None = None
+
+            async def flip(n: int) -> None:
+                nonlocal second
+                if n == 8 and second is None:
+                    second = asyncio.create_task(queued_stream())
+                    await asyncio.wait_for(two.wait(), 30)  # it waits on spec, on the board
+                    policy.flip = True
+                    await client.chat.completions.create(
+                        model="qwen3-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                    )
+
+            moved = await _stream(client, flip)
+            moved_done = time.monotonic()
+            assert second is not None
+            queued = await asyncio.wait_for(second, 60)
+            assert moved["usage"].completion_tokens == queued["usage"].completion_tokens == TOKENS
+            # the queued request started on the plain engine only once the moved stream ended
+            assert queued_first and queued_first[0] >= moved_done
+            gw_url = str(gw.make_url("")).rstrip("/")
+            assert await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved") == 1
+            assert (
+                await _metric(gw_url, "specgate_stream_moves_total", engine="spec0", result="moved_queued")
+                == 1
+            )
+    finally:
+        await group.stop()

@@ -27,6 +27,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "socket-free discrete-event run of the routing core against the engine model",
     ),
     "bench": ("gateway.bench.cli_bench", "end-to-end policy benchmark: QPS sweep through real sockets"),
+    "advise": (
+        "gateway.advisor.cli",
+        "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
+    ),
 }
 
 

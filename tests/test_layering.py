@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "engines": 3,  # live engine state, /metrics scraping, health checks (data path, last stage)
     "telemetry": 3,  # metrics, traces, logs: beside the data path, never imports api
     "emulator": 3,  # the GPU-free vLLM stand-in: beside the data path, never imports api
+    "advisor": 3,  # what speculation would buy on logged traffic (replay + the routing's cost model)
     # 4  the upstream side, and the socket-free simulator.
     "proxy": 4,  # forwards to engines: attempts, failover, relays (data path, after routing)
     "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model

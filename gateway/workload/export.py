@@ -38,6 +38,9 @@ def rows(fmt: str, reqs: Iterable[WorkloadRequest], model: str) -> Iterable[dict
             yield vllm_custom_row(r)
         elif fmt == "openai":
             yield to_openai_body(r, model, stream=True)
+        elif fmt == "advise":  # what ``specgate advise`` reads: the request and an ideal answer
+            if r.reference:
+                yield {"request": to_openai_body(r, model, stream=False), "answer": r.reference}
         else:
             yield {
                 "kind": r.kind,
@@ -64,9 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-tokens-cap", type=int, default=DEFAULT_MAX_TOKENS_CAP)
     p.add_argument(
         "--format",
-        choices=("vllm", "openai", "full"),
+        choices=("vllm", "openai", "advise", "full"),
         default="full",
-        help="vllm: vllm bench custom dataset; openai: chat request bodies; full: everything incl. reference",
+        help="vllm: vllm bench custom dataset; openai: chat request bodies; advise: {request, answer} "
+        "records for `specgate advise` (requests with a reference answer only); full: everything",
     )
     p.add_argument("--model", default="model", help="model name for --format openai")
     p.add_argument("--out", default="-", help="output file (default stdout)")
@@ -84,5 +88,5 @@ def main(argv: Sequence[str] | None = None) -> int:
                 n = write_jsonl(rows(args.format, reqs, args.model), fh)
     except ValueError as exc:
         p.error(str(exc))
-    print(f"wrote {n} requests", file=sys.stderr)
+    print(f"wrote {n} records", file=sys.stderr)
     return 0

@@ -1,0 +1,217 @@
+"""``specgate advise``: should this traffic run with an n-gram speculative engine?
+
+Reads a JSONL log, one record per line: ``{"request": <OpenAI chat or completions
+body>, "response": <the OpenAI response object>}`` (or ``"answer": "<text>"`` instead of
+the response). Replays every answer through vLLM's n-gram proposer
+(:mod:`gateway.advisor.replay`), and writes ``advice.md`` and ``advice.json`` under
+``--out``: per class and temperature what the proposer would accept, and the predicted
+time per token of a speculative engine against the plain one at each load
+(:mod:`gateway.advisor.report`). Bounded: lines over 8 MiB and records beyond
+``--max-records`` are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from gateway.advisor.replay import LookupSettings, answer_text, replay
+from gateway.advisor.report import MAX_LOAD, Advice, ClassStats, Prediction, bucket_label
+from gateway.routing.steptime import DEFAULT_PROFILE, StepModel, get_step_model
+
+MAX_LINE_BYTES = 8 << 20
+DEFAULT_LOADS = "1,4,8,16,32,64,128"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("--log", required=True, help="JSONL of {request, response|answer} records")
+    parser.add_argument("--out", default="advice", help="folder for advice.md and advice.json")
+    parser.add_argument("-k", type=int, default=5, help="draft tokens per step (num_speculative_tokens)")
+    parser.add_argument("--lookup-min", type=int, default=2, help="prompt_lookup_min")
+    parser.add_argument("--lookup-max", type=int, default=5, help="prompt_lookup_max")
+    parser.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="step-time profile both engines are priced on"
+    )
+    parser.add_argument("--loads", default=DEFAULT_LOADS, help="requests in flight to price the engines at")
+    parser.add_argument("--max-records", type=int, default=200_000, help="records read at most")
+
+
+def records(fh: IO[bytes], limit: int) -> tuple[list[tuple[Any, str | None]], int]:
+    """(request body, answer text) of each readable record, and how many lines were not."""
+    out: list[tuple[Any, str | None]] = []
+    bad = 0
+    while len(out) < limit:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            break
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            bad += 1
+            while (rest := fh.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass  # the rest of an oversized line, in bounded pieces
+            continue
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(rec, dict):
+            bad += 1
+            continue
+        answer = rec.get("answer")
+        text = answer if isinstance(answer, str) else answer_text(rec.get("response"))
+        out.append((rec.get("request"), text))
+    return out, bad
+
+
+def advise(recs: list[tuple[Any, str | None]], settings: LookupSettings) -> Advice:
+    adv = Advice(settings)
+    for request, text in recs:
+        adv.add(replay(request, text, settings) if text is not None else None)
+    return adv
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f} %"
+
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _class_row(name: str, s: ClassStats) -> str:
+    return (
+        f"| {name} | {s.requests} | {_pct(s.drafted_share)} | {_pct(s.acceptance_rate)} "
+        f"| {_num(s.mean_acceptance_length)} | {s.tokens_per_step:.2f} |"
+    )
+
+
+def _break_even_text(p: Prediction | None) -> str:
+    if p is None:
+        return f"pays at every load up to {MAX_LOAD} requests in flight"
+    if p.load <= 1:
+        return "slower at every load"
+    return f"stops paying at {p.load:g} requests in flight (≈ {p.requests_per_s:.1f} req/s on plain)"
+
+
+def markdown(adv: Advice, steps: StepModel, loads: list[float], profile: str) -> str:
+    s, st = adv.settings, adv.total
+    lines = [
+        f"# Should this traffic run with an n-gram speculative engine? (k = {s.k}, "
+        f"prompt_lookup_min {s.n_min}, prompt_lookup_max {s.n_max})",
+        "",
+        f"{st.requests} answers replayed ({adv.skipped} records skipped: not a request with an "
+        f"answer of 2 tokens or more), {st.tokens} answer tokens; engines priced on the "
+        f"`{profile}` step-time profile at the traffic's context ({st.context_tokens:.0f} tokens).",
+        "",
+        "## What the proposer would accept",
+        "",
+        "| class | requests | steps with a draft | drafted tokens accepted | mean acceptance length "
+        "| tokens per step |",
+        "|---|---|---|---|---|---|",
+        _class_row("all", st),
+    ]
+    for (kind, b), cs in sorted(adv.classes.items()):
+        lines.append(_class_row(f"{kind}, {bucket_label(b)}", cs))
+    lines += [
+        "",
+        "## Predicted time per output token, by requests in flight",
+        "",
+        "| in flight | ≈ req/s (plain) | plain (ms) | n-gram (ms) | speed-up |",
+        "|---|---|---|---|---|",
+    ]
+    for p in adv.predict(steps, loads):
+        lines.append(
+            f"| {p.load:g} | {p.requests_per_s:.1f} | {p.base_ms:.2f} | {p.spec_ms:.2f} | {p.speedup:.2f} |"
+        )
+    lines += ["", f"Over all the traffic, speculation {_break_even_text(adv.break_even(steps))}.", ""]
+    losers = []
+    for (kind, b), cs in sorted(adv.classes.items()):
+        be = adv.break_even(steps, cs)
+        if be is not None and be.load <= (loads[-1] if loads else MAX_LOAD):
+            losers.append(f"- {kind}, {bucket_label(b)} ({cs.requests} requests): {_break_even_text(be)}")
+    lines += ["## Classes that would lose within those loads", "", *(losers or ["- none"]), ""]
+    lines += [
+        "## Limits",
+        "",
+        "- Replayed with the gateway's word pieces, not the model's tokenizer: counts per step are "
+        "close, not exact. A sampled answer's replay is vLLM's acceptance in expectation.",
+        "- Model-based drafters (EAGLE-3, draft models, MTP) cannot be replayed without their "
+        "weights; this report does not predict them.",
+        f"- Step times come from the `{profile}` profile: another GPU or model shifts both engines, "
+        "and the break-even with them. A running gateway measures the engines' real per-token "
+        "latency; measure before deciding.",
+        "- Loads are requests in flight on one engine; the request rate beside them is what keeps "
+        "that many in flight on the plain engine, from the answers' decoding alone. Beyond the "
+        "engines' `--max-num-seqs` requests queue instead of joining the batch.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def to_json(adv: Advice, steps: StepModel, loads: list[float], profile: str) -> dict[str, Any]:
+    def cls(s: ClassStats) -> dict[str, Any]:
+        be = adv.break_even(steps, s)
+        return {
+            "requests": s.requests,
+            "answer_tokens": s.tokens,
+            "drafted_share": s.drafted_share,
+            "acceptance_rate": s.acceptance_rate,
+            "mean_acceptance_length": s.mean_acceptance_length,
+            "tokens_per_step": s.tokens_per_step,
+            "break_even_load": None if be is None else be.load,
+        }
+
+    return {
+        "settings": {
+            "k": adv.settings.k,
+            "prompt_lookup_min": adv.settings.n_min,
+            "prompt_lookup_max": adv.settings.n_max,
+            "profile": profile,
+        },
+        "skipped": adv.skipped,
+        "all": cls(adv.total),
+        "classes": [
+            {"kind": k, "temperature": bucket_label(b), **cls(s)} for (k, b), s in sorted(adv.classes.items())
+        ],
+        "predictions": [
+            {
+                "load": p.load,
+                "requests_per_s": p.requests_per_s,
+                "plain_ms": p.base_ms,
+                "spec_ms": p.spec_ms,
+                "speedup": p.speedup,
+            }
+            for p in adv.predict(steps, loads)
+        ],
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        settings = LookupSettings(args.k, args.lookup_min, args.lookup_max)
+        loads = sorted({float(x) for x in str(args.loads).split(",") if x.strip()})
+    except ValueError as exc:
+        raise SystemExit(f"specgate advise: {exc}") from None
+    if not loads or loads[0] < 1:
+        raise SystemExit("specgate advise: --loads must be numbers of at least 1")
+    with open(args.log, "rb") as fh:
+        recs, bad = records(fh, max(0, args.max_records))
+    adv = advise(recs, settings)
+    adv.skipped += bad
+    if adv.total.requests == 0:
+        raise SystemExit(f"specgate advise: no usable record in {args.log}")
+    steps = get_step_model(args.profile, max(1, round(adv.total.context_tokens)))
+    md = markdown(adv, steps, loads, args.profile)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "advice.md").write_text(md, encoding="utf-8")
+    (out / "advice.json").write_text(
+        json.dumps(to_json(adv, steps, loads, args.profile), indent=2) + "\n", encoding="utf-8"
+    )
+    print(md)
+    return 0

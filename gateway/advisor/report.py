@@ -1,0 +1,153 @@
+"""Replays aggregated per class, and what a speculative engine would do with them.
+
+Per class (the gateway's request kind and temperature bucket) and over all: the share of
+steps that would carry a draft, the acceptance rate of the drafted tokens, the mean
+acceptance length as vLLM reports it (over drafted steps), and the tokens each step
+would emit over the whole answers. The prediction prices both engines on the step-time
+profile (:mod:`gateway.routing.adaptive.costmodel`, as the router does) at each load
+(requests in flight on the engine), read at the traffic's own context: the plain
+engine's time per token, the speculative one's (its step verifying the drafts, divided
+by the tokens per step, a harmonic mean over requests), hence the speed-up; and the load
+above which speculation turns into a slowdown, with the request rate that load means on
+the plain engine (Little's law over the answers' decoding, queueing and prefill left out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gateway.advisor.replay import LookupSettings, Replay
+from gateway.routing.acceptance import TEMP_BUCKETS
+from gateway.routing.adaptive.costmodel import regime_costs
+from gateway.routing.steptime import StepModel
+
+MAX_LOAD = 1024  # the break-even search stops here
+
+
+def bucket_label(b: int) -> str:
+    """A temperature bucket as a range, e.g. ``T ≤ 0.05`` or ``0.35 < T ≤ 0.75``."""
+    lo = TEMP_BUCKETS[b - 1] if b > 0 else None
+    hi = TEMP_BUCKETS[b] if b < len(TEMP_BUCKETS) else None
+    if lo is None:
+        return f"T ≤ {hi:g}"
+    return f"{lo:g} < T ≤ {hi:g}" if hi is not None else f"T > {lo:g}"
+
+
+@dataclass
+class ClassStats:
+    """What the proposer would have done over one class's answers (sums)."""
+
+    requests: int = 0
+    tokens: int = 0  # answer tokens
+    prompt_tokens: int = 0
+    steps: int = 0
+    drafts: int = 0  # steps with a draft
+    draft_tokens: int = 0
+    accepted: int = 0
+    inv_tokens_per_step: float = 0.0  # Σ over requests of steps ÷ tokens
+    held: float = 0.0  # Σ L·(P + L/2): the context a batch holds, answer-weighted
+
+    def add(self, r: Replay) -> None:
+        st = r.stats
+        self.requests += 1
+        self.tokens += st.output_tokens
+        self.prompt_tokens += r.prompt_tokens
+        self.steps += st.steps
+        self.drafts += st.drafts
+        self.draft_tokens += st.draft_tokens
+        self.accepted += st.accepted
+        self.inv_tokens_per_step += st.steps / st.output_tokens
+        self.held += st.output_tokens * (r.prompt_tokens + st.output_tokens / 2.0)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted ÷ drafted steps, as vLLM's ``mean_acceptance_length``."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def drafted_share(self) -> float:
+        return self.drafts / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Answer tokens per engine step, drafted or not."""
+        return self.tokens / self.steps if self.steps else 1.0
+
+    @property
+    def mean_inverse_tokens_per_step(self) -> float:
+        return self.inv_tokens_per_step / self.requests if self.requests else 1.0
+
+    @property
+    def verified_per_step(self) -> float:
+        """Tokens a step verifies per sequence: 1 + the drafts (what the step costs)."""
+        return 1.0 + self.draft_tokens / self.steps if self.steps else 1.0
+
+    @property
+    def context_tokens(self) -> float:
+        return self.held / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    load: float
+    base_ms: float  # time per output token, plain engine
+    spec_ms: float  # the same, speculative engine
+    requests_per_s: float  # the load's arrival rate on the plain engine (decoding only)
+
+    @property
+    def speedup(self) -> float:
+        return self.base_ms / self.spec_ms if self.spec_ms > 0 else 1.0
+
+
+@dataclass
+class Advice:
+    settings: LookupSettings
+    total: ClassStats = field(default_factory=ClassStats)
+    classes: dict[tuple[str, int], ClassStats] = field(default_factory=dict)
+    skipped: int = 0  # records that were not a request with a usable answer
+
+    def add(self, r: Replay | None) -> None:
+        if r is None:
+            self.skipped += 1
+            return
+        self.total.add(r)
+        self.classes.setdefault((r.kind, r.bucket), ClassStats()).add(r)
+
+    def predict(
+        self, steps: StepModel, loads: Iterable[float], stats: ClassStats | None = None
+    ) -> list[Prediction]:
+        """Both engines priced at each load for ``stats`` (default: all the traffic)."""
+        s = stats or self.total
+        mean_tokens = s.tokens / s.requests if s.requests else 1.0
+        out = []
+        for b in loads:
+            c = regime_costs(
+                steps,
+                load=b,
+                q_spec=s.verified_per_step,
+                inv_tokens_per_step=s.mean_inverse_tokens_per_step,
+                method="ngram",
+                k=self.settings.k,
+                prefill_per_token=s.prompt_tokens / s.tokens if s.tokens else 0.0,
+            )
+            qps = b / (mean_tokens * c.base_ms / 1000.0) if c.base_ms > 0 else 0.0
+            out.append(Prediction(float(b), c.base_ms, c.spec_ms, qps))
+        return out
+
+    def break_even(self, steps: StepModel, stats: ClassStats | None = None) -> Prediction | None:
+        """The smallest load (requests in flight) where speculation stops paying, up to
+        :data:`MAX_LOAD`; None if it pays up to there."""
+        for p in self.predict(steps, _grid(), stats):
+            if p.speedup < 1.0:
+                return p
+        return None
+
+
+def _grid() -> Sequence[int]:
+    """Every load to 64, then every 8th to 256, then every 32nd."""
+    return [*range(1, 65), *range(72, 257, 8), *range(288, MAX_LOAD + 1, 32)]

@@ -1,8 +1,8 @@
 """``specgate advise``: should this traffic run with an n-gram speculative engine?
 
 Reads a JSONL log, one record per line: ``{"request": <OpenAI chat or completions
-body>, "response": <the OpenAI response object>}`` (or ``"answer": "<text>"`` instead of
-the response). Replays every answer through vLLM's n-gram proposer
+body>, "response": <the OpenAI response object>}`` (or ``"answer": "<text>"`` and
+optionally ``"finish_reason"`` instead of the response). Replays every answer through vLLM's n-gram proposer
 (:mod:`gateway.advisor.replay`), and writes ``advice.md`` and ``advice.json`` under
 ``--out``: per class and temperature what the proposer would accept, and the predicted
 time per token of a speculative engine against the plain one at each load
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from gateway.advisor.replay import LookupSettings, answer_text, replay
+from gateway.advisor.replay import LookupSettings, answer_of, replay
 from gateway.advisor.report import MAX_LOAD, Advice, ClassStats, Prediction, bucket_label
 from gateway.routing.steptime import DEFAULT_PROFILE, StepModel, get_step_model
 
@@ -39,9 +39,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-records", type=int, default=200_000, help="records read at most")
 
 
-def records(fh: IO[bytes], limit: int) -> tuple[list[tuple[Any, str | None]], int]:
-    """(request body, answer text) of each readable record, and how many lines were not."""
-    out: list[tuple[Any, str | None]] = []
+Record = tuple[Any, tuple[str, bool] | None]  # request body, (answer text, ended on a stop)
+
+
+def records(fh: IO[bytes], limit: int) -> tuple[list[Record], int]:
+    """(request body, answer) of each readable record, and how many lines were not."""
+    out: list[Record] = []
     bad = 0
     while len(out) < limit:
         line = fh.readline(MAX_LINE_BYTES + 1)
@@ -63,15 +66,17 @@ def records(fh: IO[bytes], limit: int) -> tuple[list[tuple[Any, str | None]], in
             bad += 1
             continue
         answer = rec.get("answer")
-        text = answer if isinstance(answer, str) else answer_text(rec.get("response"))
-        out.append((rec.get("request"), text))
+        if isinstance(answer, str):
+            out.append((rec.get("request"), (answer, rec.get("finish_reason") == "stop")))
+        else:
+            out.append((rec.get("request"), answer_of(rec.get("response"))))
     return out, bad
 
 
-def advise(recs: list[tuple[Any, str | None]], settings: LookupSettings) -> Advice:
+def advise(recs: list[Record], settings: LookupSettings) -> Advice:
     adv = Advice(settings)
-    for request, text in recs:
-        adv.add(replay(request, text, settings) if text is not None else None)
+    for request, answer in recs:
+        adv.add(None if answer is None else replay(request, answer[0], settings, stopped=answer[1]))
     return adv
 
 

@@ -54,6 +54,13 @@ class Replay:
 
 def answer_text(response: Any) -> str | None:
     """The first choice's text of an OpenAI chat or completions response object."""
+    got = answer_of(response)
+    return None if got is None else got[0]
+
+
+def answer_of(response: Any) -> tuple[str, bool] | None:
+    """(text, whether it ended on a stop: ``finish_reason`` "stop") of the first choice of
+    an OpenAI chat or completions response object."""
     if not isinstance(response, dict):
         return None
     choices = response.get("choices")
@@ -62,12 +69,13 @@ def answer_text(response: Any) -> str | None:
     c = choices[0]
     msg = c.get("message")
     text = msg.get("content") if isinstance(msg, dict) else c.get("text")
-    return text if isinstance(text, str) else None
+    return (text, c.get("finish_reason") == "stop") if isinstance(text, str) else None
 
 
-def replay(request: Any, answer: str, settings: LookupSettings) -> Replay | None:
-    """Replay one request (an OpenAI chat or completions body) and its answer text; None
-    when the body is not a valid request or the answer is too short to say anything."""
+def replay(request: Any, answer: str, settings: LookupSettings, *, stopped: bool = False) -> Replay | None:
+    """Replay one request (an OpenAI chat or completions body) and its answer text
+    (``stopped``: it ended on a stop, not at ``max_tokens``); None when the body is not a
+    valid request or the answer is too short to say anything."""
     if not isinstance(request, dict):
         return None
     endpoint = CHAT if "messages" in request else COMPLETIONS
@@ -79,6 +87,8 @@ def replay(request: Any, answer: str, settings: LookupSettings) -> Replay | None
     if len(tokens) < MIN_ANSWER_TOKENS:
         return None
     prompt = tokenize(parsed.prompt_text[-MAX_PROMPT_CHARS:])
-    stats = realised_lookup(prompt, tokens, k=settings.k, n_min=settings.n_min, n_max=settings.n_max)
+    stats = realised_lookup(
+        prompt, tokens, k=settings.k, n_min=settings.n_min, n_max=settings.n_max, stopped=stopped
+    )
     f = parsed.features
     return Replay(f.kind, f.temperature, temp_bucket(f.temperature), len(prompt), stats)

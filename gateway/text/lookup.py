@@ -90,11 +90,18 @@ def realised_lookup(
     k: int = 5,
     n_min: int = 2,
     n_max: int = 5,
+    stopped: bool = False,
 ) -> LookupStats:
-    """Replay ``answer`` after ``prompt`` with greedy verification (T=0 semantics)."""
+    """Replay ``answer`` after ``prompt`` with greedy verification (T=0 semantics).
+
+    ``stopped``: the answer ended on a stop token the text does not show (its end of
+    sequence), which is then the last step's sampled token, so the answer's own last token
+    can be accepted as a draft; otherwise (cut at ``max_tokens``) the last token is always
+    sampled, as vLLM drafts at most the tokens left less one."""
     proposer = PromptLookupProposer(prompt, k=k, n_min=n_min, n_max=n_max)
     i = steps = drafts = draft_tokens = accepted = 0
     n = len(answer)
+    room = n if stopped else n - 1  # answer tokens a draft may cover
     while i < n:
         draft = proposer.propose()
         steps += 1
@@ -102,7 +109,7 @@ def realised_lookup(
         if draft:
             drafts += 1
             draft_tokens += len(draft)
-            limit = min(len(draft), n - i - 1)  # the bonus token needs a place too
+            limit = min(len(draft), room - i)  # the token sampled after the drafts needs a place
             while ok < limit and draft[ok] == answer[i + ok]:
                 ok += 1
             accepted += ok

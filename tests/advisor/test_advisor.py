@@ -10,7 +10,7 @@ import pytest
 
 from gateway import cli
 from gateway.advisor import cli as advise_cli
-from gateway.advisor.replay import LookupSettings, answer_text, replay
+from gateway.advisor.replay import LookupSettings, answer_of, answer_text, replay
 from gateway.advisor.report import Advice
 from gateway.routing.steptime import get_step_model
 from gateway.workload.export import main as export_main
@@ -36,6 +36,17 @@ def test_a_copied_answer_replays_as_vllm_would_draft_it() -> None:
     assert (st.steps, st.drafts, st.draft_tokens, st.accepted, st.output_tokens) == (4, 2, 10, 8, 12)
     assert st.acceptance_rate == pytest.approx(0.8)
     assert st.mean_acceptance_length == pytest.approx(5.0)
+
+
+def test_an_answer_that_ended_on_a_stop_can_have_its_last_token_accepted() -> None:
+    """Ended on its end-of-sequence token (not shown in the text), the answer's last step
+    samples that token: step 4 then has w9..w12 all accepted (9 in all, not 8). Cut at
+    max_tokens, the last token is always sampled."""
+    r = replay(chat(COPY_PROMPT, 0.0), COPY_ANSWER, SETTINGS, stopped=True)
+    assert r is not None
+    assert (r.stats.steps, r.stats.drafts, r.stats.draft_tokens, r.stats.accepted) == (4, 2, 10, 9)
+    assert answer_of({"choices": [{"text": "a b", "finish_reason": "stop"}]}) == ("a b", True)
+    assert answer_of({"choices": [{"text": "a b", "finish_reason": "length"}]}) == ("a b", False)
 
 
 def test_an_answer_that_copies_nothing_drafts_nothing() -> None:

@@ -28,9 +28,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.advisor.replay import LookupSettings, replay
+from gateway.advisor.replay import replay
 from gateway.advisor.report import Advice, bucket_label
 from gateway.emulator.launch import pair_launches, start_group
+from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
 from gateway.workload.sampler import iter_requests, to_openai_body
 

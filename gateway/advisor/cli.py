@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from gateway.advisor.replay import LookupSettings, answer_of, replay
-from gateway.advisor.report import MAX_LOAD, Advice, ClassStats, Prediction, bucket_label
+from gateway.advisor.replay import answer_of, replay
+from gateway.advisor.report import MAX_LOAD, Advice, ClassStats, Prediction, advice_dict, bucket_label
+from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import DEFAULT_PROFILE, StepModel, get_step_model
 
 MAX_LINE_BYTES = 8 << 20
@@ -158,44 +159,6 @@ def markdown(adv: Advice, steps: StepModel, loads: list[float], profile: str) ->
     return "\n".join(lines)
 
 
-def to_json(adv: Advice, steps: StepModel, loads: list[float], profile: str) -> dict[str, Any]:
-    def cls(s: ClassStats) -> dict[str, Any]:
-        be = adv.break_even(steps, s)
-        return {
-            "requests": s.requests,
-            "answer_tokens": s.tokens,
-            "drafted_share": s.drafted_share,
-            "acceptance_rate": s.acceptance_rate,
-            "mean_acceptance_length": s.mean_acceptance_length,
-            "tokens_per_step": s.tokens_per_step,
-            "break_even_load": None if be is None else be.load,
-        }
-
-    return {
-        "settings": {
-            "k": adv.settings.k,
-            "prompt_lookup_min": adv.settings.n_min,
-            "prompt_lookup_max": adv.settings.n_max,
-            "profile": profile,
-        },
-        "skipped": adv.skipped,
-        "all": cls(adv.total),
-        "classes": [
-            {"kind": k, "temperature": bucket_label(b), **cls(s)} for (k, b), s in sorted(adv.classes.items())
-        ],
-        "predictions": [
-            {
-                "load": p.load,
-                "requests_per_s": p.requests_per_s,
-                "plain_ms": p.base_ms,
-                "spec_ms": p.spec_ms,
-                "speedup": p.speedup,
-            }
-            for p in adv.predict(steps, loads)
-        ],
-    }
-
-
 def main(args: argparse.Namespace) -> int:
     try:
         settings = LookupSettings(args.k, args.lookup_min, args.lookup_max)
@@ -216,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "advice.md").write_text(md, encoding="utf-8")
     (out / "advice.json").write_text(
-        json.dumps(to_json(adv, steps, loads, args.profile), indent=2) + "\n", encoding="utf-8"
+        json.dumps(advice_dict(adv, steps, loads, args.profile), indent=2) + "\n", encoding="utf-8"
     )
     print(md)
     return 0

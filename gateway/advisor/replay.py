@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.pipeline.outcome import LookupSettings
 from gateway.pipeline.request import CHAT, COMPLETIONS, BadRequest, parse_request
 from gateway.routing.acceptance import temp_bucket
 from gateway.text.lookup import LookupStats, realised_lookup
@@ -24,20 +25,6 @@ from gateway.text.tokens import tokenize
 MAX_PROMPT_CHARS = 64_000
 MAX_ANSWER_CHARS = 16_000
 MIN_ANSWER_TOKENS = 2
-
-
-@dataclass(frozen=True, slots=True)
-class LookupSettings:
-    """The n-gram proposer replayed: vLLM's ``num_speculative_tokens``,
-    ``prompt_lookup_min`` and ``prompt_lookup_max``."""
-
-    k: int = 5
-    n_min: int = 2
-    n_max: int = 5
-
-    def __post_init__(self) -> None:
-        if self.k < 1 or not 1 <= self.n_min <= self.n_max:
-            raise ValueError("need k >= 1 and 1 <= prompt_lookup_min <= prompt_lookup_max")
 
 
 @dataclass(frozen=True, slots=True)

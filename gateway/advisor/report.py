@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from gateway.advisor.replay import LookupSettings, Replay
+from gateway.advisor.replay import Replay
+from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.acceptance import TEMP_BUCKETS
 from gateway.routing.adaptive.costmodel import regime_costs
 from gateway.routing.steptime import StepModel
@@ -151,3 +153,44 @@ class Advice:
 def _grid() -> Sequence[int]:
     """Every load to 64, then every 8th to 256, then every 32nd."""
     return [*range(1, 65), *range(72, 257, 8), *range(288, MAX_LOAD + 1, 32)]
+
+
+def advice_dict(adv: Advice, steps: StepModel, loads: Iterable[float], profile: str) -> dict[str, Any]:
+    """The advice as JSON: settings, per class and over all what the proposer would
+    accept and where speculation stops paying, and both engines priced at ``loads``."""
+
+    def cls(s: ClassStats) -> dict[str, Any]:
+        be = adv.break_even(steps, s)
+        return {
+            "requests": s.requests,
+            "answer_tokens": s.tokens,
+            "drafted_share": s.drafted_share,
+            "acceptance_rate": s.acceptance_rate,
+            "mean_acceptance_length": s.mean_acceptance_length,
+            "tokens_per_step": s.tokens_per_step,
+            "break_even_load": None if be is None else be.load,
+        }
+
+    return {
+        "settings": {
+            "k": adv.settings.k,
+            "prompt_lookup_min": adv.settings.n_min,
+            "prompt_lookup_max": adv.settings.n_max,
+            "profile": profile,
+        },
+        "skipped": adv.skipped,
+        "all": cls(adv.total),
+        "classes": [
+            {"kind": k, "temperature": bucket_label(b), **cls(s)} for (k, b), s in sorted(adv.classes.items())
+        ],
+        "predictions": [
+            {
+                "load": p.load,
+                "requests_per_s": p.requests_per_s,
+                "plain_ms": p.base_ms,
+                "spec_ms": p.spec_ms,
+                "speedup": p.speedup,
+            }
+            for p in adv.predict(steps, loads)
+        ],
+    }

@@ -1,4 +1,5 @@
-"""Admin endpoints: ``GET /admin/state``, ``POST /admin/route`` and ``POST /admin/drain``.
+"""Admin endpoints: ``GET /admin/state``, ``GET /admin/advice``, ``POST /admin/route`` and
+``POST /admin/drain``.
 
 Both need an admin key (``server.admin_keys``, separate from client keys). When no
 admin key is configured they answer loopback clients only (403 for anyone else).
@@ -14,9 +15,11 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from gateway.advisor.report import advice_dict
 from gateway.api.auth import check_admin
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
+from gateway.routing.steptime import get_step_model
 from gateway.routing.types import RouteOverride
 from gateway.wire.errors import ApiError
 
@@ -34,6 +37,45 @@ async def state(request: web.Request) -> web.Response:
     if st.peers is not None:
         body["peers"] = st.peers.state()
     return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
+
+
+ADVICE_LOADS = (1.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+_MAX_LOADS = 16
+
+
+async def advice(request: web.Request) -> web.Response:
+    """What an n-gram speculative engine would buy on the traffic so far, per model
+    (:mod:`gateway.advisor`): the sampled answers replayed with the model's n-gram
+    settings, and both engines priced on its routing profile at ``?loads=1,8,64``
+    (requests in flight; default 1-128) and at the load it carries now."""
+    st = request.app[STATE]
+    check_admin(request, st.config.server.admin_keys)
+    loads = _loads(request.query.get("loads"))
+    body: dict[str, Any] = {}
+    for name, m in st.models.items():
+        adv = st.advice.get(name)
+        if adv is None or adv.total.requests == 0:
+            body[name] = {"requests": 0}
+            continue
+        profile = m.config.routing.profile
+        steps = get_step_model(profile, max(1, round(adv.total.context_tokens)))
+        now = float(max(1, m.inflight))
+        out = advice_dict(adv, steps, sorted({*loads, now}), profile)
+        out["in_flight_now"] = now
+        body[name] = out
+    return web.Response(body=json.dumps(body).encode(), content_type="application/json")
+
+
+def _loads(raw: str | None) -> tuple[float, ...]:
+    if raw is None:
+        return ADVICE_LOADS
+    try:
+        loads = tuple(float(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        loads = ()
+    if not loads or len(loads) > _MAX_LOADS or not all(1.0 <= x <= 4096.0 for x in loads):
+        raise ApiError(400, f"loads must be 1 to {_MAX_LOADS} numbers from 1 to 4096", param="loads")
+    return loads
 
 
 ADMIN_BODY_MAX = 64 * 1024

@@ -114,6 +114,7 @@ def build_app(
     app.router.add_get("/ready", routes.ready)
     app.router.add_get("/metrics", routes.metrics)
     app.router.add_get("/admin/state", admin.state)
+    app.router.add_get("/admin/advice", admin.advice)
     app.router.add_post("/admin/route", admin.set_route)
     app.router.add_post("/admin/drain", admin.drain)
     app.on_response_prepare.append(_with_request_id)

@@ -259,7 +259,15 @@ class Exchange:
         features = parsed.features
         if collect and wants_lookup(result):
             self.st.spawn(
-                learn_with_lookup(mrt, features, decision, result, parsed.prompt_text, started=self.started)
+                learn_with_lookup(
+                    mrt,
+                    features,
+                    decision,
+                    result,
+                    parsed.prompt_text,
+                    started=self.started,
+                    advice=self.st.advice_for(self.model),
+                )
             )
         else:
             observe(mrt, features, decision, result, started=self.started)

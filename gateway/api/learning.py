@@ -12,9 +12,13 @@ import asyncio
 import logging
 import time
 
+from gateway.advisor.replay import Replay
+from gateway.advisor.report import Advice
 from gateway.engines.runtime import ModelRuntime
-from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
+from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup_stats
 from gateway.proxy.result import ProxyResult
+from gateway.routing.acceptance import temp_bucket
+from gateway.routing.overlap import lookup_rates
 from gateway.routing.types import Decision, RequestFeatures
 
 log = logging.getLogger(__name__)
@@ -120,17 +124,25 @@ async def learn_with_lookup(
     prompt_text: str,
     *,
     started: float,
+    advice: Advice | None = None,
 ) -> None:
     """Replay the answer against the prompt as the serving pair's n-gram proposer would (in
-    a thread when large), then observe."""
+    a thread when large), add it to the model's ``advice`` (:mod:`gateway.advisor`), then
+    observe."""
     lookup: tuple[float, float] | None = None
     try:
         completion = result.harvest.completion_text
         settings = lookup_settings(model, result.engine)
         if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
-            lookup = replay_lookup(prompt_text, completion, settings)
+            got = replay_lookup_stats(prompt_text, completion, settings)
         else:
-            lookup = await asyncio.to_thread(replay_lookup, prompt_text, completion, settings)
+            got = await asyncio.to_thread(replay_lookup_stats, prompt_text, completion, settings)
+        if got is not None:
+            stats, prompt_tokens = got
+            lookup = lookup_rates(stats, settings.k)
+            if advice is not None and settings == advice.settings:
+                t = features.temperature
+                advice.add(Replay(features.kind, t, temp_bucket(t), prompt_tokens, stats))
     except Exception:
         log.exception("realised lookup failed (request unaffected)")
     observe(model, features, decision, result, started=started, lookup=lookup)

@@ -10,10 +10,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from gateway.advisor.report import Advice
 from gateway.api.learning import SampleBudget
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.peers.service import PeerService
+from gateway.pipeline.outcome import LookupSettings
 from gateway.proxy.move import MoveBoard
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.stream import SHUTDOWN
@@ -50,6 +52,8 @@ class GatewayState:
     # per model: the streams that could move to their sibling at a regime flip
     moves: dict[str, MoveBoard] = field(default_factory=dict)
     peers: PeerService | None = None  # the channel to the other gateway replicas (optional)
+    # per model: what the sampled answers' n-gram replays say speculation would buy
+    advice: dict[str, Advice] = field(default_factory=dict)
 
     _idle: asyncio.Event | None = None
 
@@ -100,6 +104,15 @@ class GatewayState:
         for m in self.models.values():
             keys.extend(m.config.api_keys)
         return keys
+
+    def advice_for(self, model: str) -> Advice:
+        """The model's advice, replayed with its first pair's n-gram settings."""
+        a = self.advice.get(model)
+        if a is None:
+            cfg = self.models[model].pairs[0].spec.config
+            settings = LookupSettings.of(cfg.k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
+            a = self.advice[model] = Advice(settings)
+        return a
 
     def lookup_budget(self, model: str) -> SampleBudget:
         b = self.budgets.get(model)

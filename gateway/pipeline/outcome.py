@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
-from gateway.routing.overlap import realised_lookup_rates
+from gateway.routing.overlap import realised_lookup_rates, realised_lookup_stats
 from gateway.routing.types import Outcome, RequestFeatures, Route
+from gateway.text import LookupStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,10 @@ class LookupSettings:
     n_min: int = 5
     n_max: int = 5
 
+    def __post_init__(self) -> None:
+        if self.k < 1 or not 1 <= self.n_min <= self.n_max:
+            raise ValueError("need k >= 1 and 1 <= prompt_lookup_min <= prompt_lookup_max")
+
     @classmethod
     def of(cls, k: int, n_min: int | None, n_max: int | None) -> LookupSettings:
         """From an engine's declared config (unset sizes: vLLM's default 5; k at least 1)."""
@@ -52,6 +57,15 @@ def replay_lookup(
 ) -> tuple[float, float] | None:
     """(acceptance per step ÷ k, draft tokens per step) an n-gram proposer would have realised."""
     return realised_lookup_rates(
+        prompt_text, completion_text, k=settings.k, n_min=settings.n_min, n_max=settings.n_max
+    )
+
+
+def replay_lookup_stats(
+    prompt_text: str, completion_text: str, settings: LookupSettings
+) -> tuple[LookupStats, int] | None:
+    """The proposer's counters over the answer, and the prompt's length in word pieces."""
+    return realised_lookup_stats(
         prompt_text, completion_text, k=settings.k, n_min=settings.n_min, n_max=settings.n_max
     )
 

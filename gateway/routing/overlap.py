@@ -20,7 +20,7 @@ n-gram proposer would have had accepted on this answer.
 
 from __future__ import annotations
 
-from gateway.text import realised_lookup, tokenize
+from gateway.text import LookupStats, realised_lookup, tokenize
 
 KINDS: tuple[str, ...] = ("edit", "extract", "summary", "rag", "code", "chat")
 
@@ -142,6 +142,27 @@ _MAX_PROMPT_CHARS = 64_000
 _MAX_COMPLETION_CHARS = 16_000
 
 
+def realised_lookup_stats(
+    prompt_text: str, completion_text: str, *, k: int = 5, n_min: int = 5, n_max: int = 5
+) -> tuple[LookupStats, int] | None:
+    """What an n-gram proposer would have done over this answer, and the prompt's length in
+    word pieces; None when there is nothing to replay. Bounded work: at most the last
+    64 000 characters of the prompt and the first 16 000 of the answer are replayed."""
+    if not completion_text or k < 1 or not 1 <= n_min <= n_max:
+        return None
+    prompt = tokenize(prompt_text[-_MAX_PROMPT_CHARS:])
+    answer = tokenize(completion_text[:_MAX_COMPLETION_CHARS])
+    if len(answer) < 2:
+        return None
+    st = realised_lookup(prompt, answer, k=k, n_min=n_min, n_max=n_max)
+    return (st, len(prompt)) if st.steps else None
+
+
+def lookup_rates(st: LookupStats, k: int) -> tuple[float, float]:
+    """(accepted drafts per step ÷ k, draft tokens per step) over every step of ``st``."""
+    return st.accepted / (st.steps * k), st.draft_tokens / st.steps
+
+
 def realised_lookup_rates(
     prompt_text: str, completion_text: str, *, k: int = 5, n_min: int = 5, n_max: int = 5
 ) -> tuple[float, float] | None:
@@ -151,19 +172,10 @@ def realised_lookup_rates(
     ``1 + k * first`` is the expected tokens per speculative step over the whole answer,
     ``1 + second`` the tokens a step verifies per sequence (what it costs). ``n_min`` /
     ``n_max`` are the engine's ``prompt_lookup_min``/``max`` (vLLM's default is 5 for
-    both when unset). Bounded work: at most the last 64 000 characters of the prompt and
-    the first 16 000 of the answer are replayed.
+    both when unset). Bounded as :func:`realised_lookup_stats`.
     """
-    if not completion_text or k < 1 or not 1 <= n_min <= n_max:
-        return None
-    prompt = prompt_text[-_MAX_PROMPT_CHARS:]
-    answer = tokenize(completion_text[:_MAX_COMPLETION_CHARS])
-    if len(answer) < 2:
-        return None
-    st = realised_lookup(tokenize(prompt), answer, k=k, n_min=n_min, n_max=n_max)
-    if st.steps == 0:
-        return None
-    return st.accepted / (st.steps * k), st.draft_tokens / st.steps
+    got = realised_lookup_stats(prompt_text, completion_text, k=k, n_min=n_min, n_max=n_max)
+    return None if got is None else lookup_rates(got[0], k)
 
 
 def realised_lookup_acceptance(

@@ -10,8 +10,9 @@ import pytest
 
 from gateway import cli
 from gateway.advisor import cli as advise_cli
-from gateway.advisor.replay import LookupSettings, answer_of, answer_text, replay
+from gateway.advisor.replay import answer_of, answer_text, replay
 from gateway.advisor.report import Advice
+from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
 from gateway.workload.export import main as export_main
 

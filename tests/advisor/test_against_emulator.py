@@ -9,9 +9,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.advisor.replay import LookupSettings, replay
+from gateway.advisor.replay import replay
 from gateway.advisor.report import Advice
 from gateway.emulator.launch import pair_launches, start_group
+from gateway.pipeline.outcome import LookupSettings
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 pytestmark = pytest.mark.timeout(120)

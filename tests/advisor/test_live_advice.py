@@ -1,0 +1,67 @@
+"""``GET /admin/advice``: the gateway's sampled answers replayed with the model's n-gram
+settings, served live (OpenAI SDK → gateway → emulated pair, real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.api.app import build_app
+from gateway.api.state import STATE
+from gateway.emulator.launch import pair_launches, start_group
+from gateway.telemetry import build_telemetry
+from tests.conftest import gateway_config_for
+
+pytestmark = pytest.mark.timeout(90)
+
+EDIT = (
+    "Add type hints, return the full file unchanged otherwise:\n```python\n"
+    + "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(30))
+    + "```"
+)
+
+
+async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
+    group = await start_group(pair_launches(port_spec=0, port_base=0), time_scale=0.05)
+    tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
+    gw = TestServer(build_app(gateway_config_for(group), telemetry=tel))
+    await gw.start_server()
+    client = await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0
+    )
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(str(gw.make_url("/admin/advice"))) as r:
+                assert r.status == 200 and await r.json() == {"qwen3-8b": {"requests": 0}}
+            for t in (0.0, 0.0, 0.0, 1.0):
+                got = await client.chat.completions.create(
+                    model="qwen3-8b",
+                    messages=[{"role": "user", "content": EDIT}],
+                    temperature=t,
+                    max_tokens=120,
+                )
+                assert got.choices[0].message.content
+            st = gw.app[STATE]
+            await asyncio.gather(*list(st.background))  # the learning replays
+            async with s.get(str(gw.make_url("/admin/advice")), params={"loads": "1,64"}) as r:
+                assert r.status == 200
+                advice = (await r.json())["qwen3-8b"]
+            async with s.get(str(gw.make_url("/admin/advice")), params={"loads": "0"}) as r:
+                assert r.status == 400
+                assert (await r.json())["error"]["param"] == "loads"
+    finally:
+        await client.close()
+        await gw.close()
+        await group.stop()
+    assert advice["all"]["requests"] == 4
+    assert advice["settings"]["k"] == 5 and advice["settings"]["prompt_lookup_min"] == 2
+    [greedy] = [c for c in advice["classes"] if c["temperature"] == "T ≤ 0.05"]
+    assert greedy["kind"] == "edit" and greedy["requests"] == 3
+    assert greedy["acceptance_rate"] > 0.3  # the answer copies the file it edits
+    loads = [p["load"] for p in advice["predictions"]]
+    assert loads == [1.0, 64.0] and advice["in_flight_now"] == 1.0
+    assert advice["predictions"][0]["speedup"] > 1.0

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.advisor.metrics import AdviceCollector
 from gateway.api import admin, routes
 from gateway.api.completions import chat_completions, completions
 from gateway.api.state import STATE, GatewayState, rid_of
@@ -98,6 +99,9 @@ def build_app(
     registry = getattr(state.telemetry, "registry", None)
     if state.peers is not None and registry is not None:
         registry.register(PeerCollector(state.peers))
+    if registry is not None:
+        profiles = {m.name: m.routing.profile for m in config.models}
+        registry.register(AdviceCollector(lambda: state.advice, profiles))
 
     app = web.Application(
         client_max_size=config.server.max_body_bytes,

@@ -53,6 +53,8 @@ async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
             async with s.get(str(gw.make_url("/admin/advice")), params={"loads": "0"}) as r:
                 assert r.status == 400
                 assert (await r.json())["error"]["param"] == "loads"
+            async with s.get(str(gw.make_url("/metrics"))) as r:
+                exposition = await r.text()
     finally:
         await client.close()
         await gw.close()
@@ -65,3 +67,15 @@ async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
     loads = [p["load"] for p in advice["predictions"]]
     assert loads == [1.0, 64.0] and advice["in_flight_now"] == 1.0
     assert advice["predictions"][0]["speedup"] > 1.0
+    # the same advice in /metrics, read at the scrape
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith("specgate_advice_")
+    }
+    assert samples['specgate_advice_answers{model="qwen3-8b"}'] == 4.0
+    key = 'specgate_advice_acceptance_rate{kind="edit",model="qwen3-8b",temperature="0-0.05"}'
+    assert samples[key] == pytest.approx(greedy["acceptance_rate"])
+    one = 'specgate_advice_predicted_speedup{load="1",model="qwen3-8b"}'
+    assert samples[one] == pytest.approx(advice["predictions"][0]["speedup"])
+    assert 'specgate_advice_tokens_per_step{kind="edit",model="qwen3-8b",temperature="0.75+"}' in samples

@@ -33,6 +33,7 @@ from gateway.advisor.report import Advice, bucket_label
 from gateway.emulator.launch import pair_launches, start_group
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
+from gateway.wire.sse import DONE, EventDecoder
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SETTINGS = LookupSettings(k=5, n_min=2, n_max=5)  # the emulated pair's n-gram engine
@@ -58,13 +59,11 @@ async def one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) ->
     a = Answer()
     async with session.post(url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
-        buf = b""
+        decoder = EventDecoder()
         async for chunk in r.content.iter_any():
-            buf += chunk
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                data = ev.removeprefix(b"data: ").strip()
-                if not data or data == b"[DONE]":
+            for ev in decoder.feed(chunk):
+                data = ev.data.strip()
+                if not data or data == DONE:
                     continue
                 obj = json.loads(data)
                 usage = obj.get("usage")

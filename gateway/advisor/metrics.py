@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.advisor.report import Advice
-from gateway.routing.acceptance import TEMP_BUCKETS
+from gateway.advisor.report import Advice, bucket_edges
 from gateway.routing.steptime import get_step_model
 
 LOADS = (1.0, 8.0, 32.0, 64.0, 128.0)
@@ -18,8 +17,8 @@ LOADS = (1.0, 8.0, 32.0, 64.0, 128.0)
 
 def temperature_label(b: int) -> str:
     """A temperature bucket as a plain label value: ``0-0.05``, ``0.05-0.35``, …, ``0.75+``."""
-    lo = TEMP_BUCKETS[b - 1] if b > 0 else 0.0
-    return f"{lo:g}-{TEMP_BUCKETS[b]:g}" if b < len(TEMP_BUCKETS) else f"{lo:g}+"
+    lo, hi = bucket_edges(b)
+    return f"{lo or 0.0:g}-{hi:g}" if hi is not None else f"{lo:g}+"
 
 
 class AdviceCollector(Collector):

@@ -39,12 +39,6 @@ class Replay:
     stats: LookupStats
 
 
-def answer_text(response: Any) -> str | None:
-    """The first choice's text of an OpenAI chat or completions response object."""
-    got = answer_of(response)
-    return None if got is None else got[0]
-
-
 def answer_of(response: Any) -> tuple[str, bool] | None:
     """(text, whether it ended on a stop: ``finish_reason`` "stop") of the first choice of
     an OpenAI chat or completions response object."""

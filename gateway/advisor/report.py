@@ -23,14 +23,21 @@ from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.acceptance import TEMP_BUCKETS
 from gateway.routing.adaptive.costmodel import regime_costs
 from gateway.routing.steptime import StepModel
+from gateway.text import LookupStats
 
 MAX_LOAD = 1024  # the break-even search stops here
 
 
-def bucket_label(b: int) -> str:
-    """A temperature bucket as a range, e.g. ``T ≤ 0.05`` or ``0.35 < T ≤ 0.75``."""
+def bucket_edges(b: int) -> tuple[float | None, float | None]:
+    """(lower, upper) temperature of a bucket (:data:`TEMP_BUCKETS`); None: open."""
     lo = TEMP_BUCKETS[b - 1] if b > 0 else None
     hi = TEMP_BUCKETS[b] if b < len(TEMP_BUCKETS) else None
+    return lo, hi
+
+
+def bucket_label(b: int) -> str:
+    """A temperature bucket as a range, e.g. ``T ≤ 0.05`` or ``0.35 < T ≤ 0.75``."""
+    lo, hi = bucket_edges(b)
     if lo is None:
         return f"T ≤ {hi:g}"
     return f"{lo:g} < T ≤ {hi:g}" if hi is not None else f"T > {lo:g}"
@@ -38,47 +45,47 @@ def bucket_label(b: int) -> str:
 
 @dataclass
 class ClassStats:
-    """What the proposer would have done over one class's answers (sums)."""
+    """What the proposer would have done over one class's answers: the replays' summed
+    counters (their acceptance rate, mean acceptance length and tokens per step are
+    :class:`~gateway.text.LookupStats`'), and what pricing the class needs besides."""
 
     requests: int = 0
-    tokens: int = 0  # answer tokens
+    counts: LookupStats = field(default_factory=lambda: LookupStats(0, 0, 0, 0, 0))
     prompt_tokens: int = 0
-    steps: int = 0
-    drafts: int = 0  # steps with a draft
-    draft_tokens: int = 0
-    accepted: int = 0
     inv_tokens_per_step: float = 0.0  # Σ over requests of steps ÷ tokens
     held: float = 0.0  # Σ L·(P + L/2): the context a batch holds, answer-weighted
 
     def add(self, r: Replay) -> None:
         st = r.stats
         self.requests += 1
-        self.tokens += st.output_tokens
+        self.counts += st
         self.prompt_tokens += r.prompt_tokens
-        self.steps += st.steps
-        self.drafts += st.drafts
-        self.draft_tokens += st.draft_tokens
-        self.accepted += st.accepted
         self.inv_tokens_per_step += st.steps / st.output_tokens
         self.held += st.output_tokens * (r.prompt_tokens + st.output_tokens / 2.0)
 
     @property
+    def tokens(self) -> int:
+        """Answer tokens."""
+        return self.counts.output_tokens
+
+    @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.draft_tokens if self.draft_tokens else None
+        return self.counts.acceptance_rate
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        """1 + accepted ÷ drafted steps, as vLLM's ``mean_acceptance_length``."""
-        return 1.0 + self.accepted / self.drafts if self.drafts else None
-
-    @property
-    def drafted_share(self) -> float:
-        return self.drafts / self.steps if self.steps else 0.0
+        """As vLLM's ``mean_acceptance_length``: over drafted steps."""
+        return self.counts.mean_acceptance_length
 
     @property
     def tokens_per_step(self) -> float:
         """Answer tokens per engine step, drafted or not."""
-        return self.tokens / self.steps if self.steps else 1.0
+        return self.counts.tokens_per_step
+
+    @property
+    def drafted_share(self) -> float:
+        c = self.counts
+        return c.drafts / c.steps if c.steps else 0.0
 
     @property
     def mean_inverse_tokens_per_step(self) -> float:
@@ -87,7 +94,8 @@ class ClassStats:
     @property
     def verified_per_step(self) -> float:
         """Tokens a step verifies per sequence: 1 + the drafts (what the step costs)."""
-        return 1.0 + self.draft_tokens / self.steps if self.steps else 1.0
+        c = self.counts
+        return 1.0 + c.draft_tokens / c.steps if c.steps else 1.0
 
     @property
     def context_tokens(self) -> float:

@@ -77,7 +77,8 @@ class MoveTicket:
 class MoveGate:
     """One move's queued requests, held until its answering streams were asked on the
     sibling: each stream reports once (:meth:`MoveBoard.withdraw`), and the last report,
-    or :data:`ORDER_WAIT_S`, sends the queued ones on in their order."""
+    or :data:`ORDER_WAIT_S`, sends the queued ones on in their order. With nothing
+    answering (or nothing queued, or no event loop to wait on) they go at once."""
 
     __slots__ = ("_pending", "_queued", "_timer")
 
@@ -88,14 +89,16 @@ class MoveGate:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a pure caller): nothing can wait
+            loop = None
+        if loop is None or pending <= 0 or not queued:
             self.release()
-            return
-        self._timer = loop.call_later(ORDER_WAIT_S, self.release)
+        else:
+            self._timer = loop.call_later(ORDER_WAIT_S, self.release)
 
     @property
-    def holding(self) -> int:
-        """How many queued requests still wait for the move's streams."""
-        return len(self._queued)
+    def holding(self) -> bool:
+        """Whether queued requests still wait for the move's streams."""
+        return bool(self._queued)
 
     def report(self) -> None:
         """One answering stream of the move has its continuation (or stays)."""
@@ -143,13 +146,12 @@ class MoveBoard:
         behind them (:class:`MoveGate`); returns how many were asked."""
         asked = [t for t in self._tickets if not t.wanted and (t.route is route or t.engine == engine)]
         answering = [t for t in asked if t.waiting is None]
-        gate = MoveGate(len(answering), [t for t in asked if t.waiting is not None])
         for t in asked:
             t.wanted = True
-        for t in answering:
-            t.gate = gate
-        if not answering:
-            gate.release()
+        gate = MoveGate(len(answering), [t for t in asked if t.waiting is not None])
+        if gate.holding:
+            for t in answering:
+                t.gate = gate
         return len(asked)
 
 

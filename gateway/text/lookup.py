@@ -68,6 +68,16 @@ class LookupStats:
     accepted: int
     output_tokens: int
 
+    def __add__(self, other: LookupStats) -> LookupStats:
+        """The counters of two replays together (a class of answers, a whole log)."""
+        return LookupStats(
+            self.steps + other.steps,
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            self.accepted + other.accepted,
+            self.output_tokens + other.output_tokens,
+        )
+
     @property
     def acceptance_rate(self) -> float | None:
         return self.accepted / self.draft_tokens if self.draft_tokens else None

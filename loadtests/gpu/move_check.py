@@ -41,6 +41,7 @@ from engines import MODEL, by_name  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
 from gateway.bench.procs import Proc, free_port  # noqa: E402
+from gateway.wire.sse import DONE, EventDecoder  # noqa: E402
 from gateway.workload import sample, to_openai_body  # noqa: E402
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -77,13 +78,11 @@ async def stream_once(
     async with s.post(gw + PATHS[endpoint], json=body) as r:
         assert r.status == 200, await r.text()
         route = r.headers.get("x-specgate-route")
-        buf = b""
+        decoder = EventDecoder()
         async for data in r.content.iter_any():
-            buf += data
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                payload = ev.removeprefix(b"data: ").strip()
-                if not payload or payload == b"[DONE]":
+            for ev in decoder.feed(data):
+                payload = ev.data.strip()
+                if not payload or payload == DONE:
                     continue
                 obj = json.loads(payload)
                 ids.add(obj.get("id"))

@@ -10,7 +10,7 @@ import pytest
 
 from gateway import cli
 from gateway.advisor import cli as advise_cli
-from gateway.advisor.replay import answer_of, answer_text, replay
+from gateway.advisor.replay import answer_of, replay
 from gateway.advisor.report import Advice
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
@@ -63,9 +63,9 @@ def test_bad_records_are_not_replayed() -> None:
     assert replay(chat("hi", 0.0), "x", SETTINGS) is None  # one token says nothing
     with pytest.raises(ValueError):
         LookupSettings(k=0)
-    assert answer_text({"choices": [{"message": {"content": "a b"}}]}) == "a b"
-    assert answer_text({"choices": [{"text": "c d"}]}) == "c d"
-    assert answer_text({"choices": []}) is None and answer_text(None) is None
+    assert answer_of({"choices": [{"message": {"content": "a b"}}]}) == ("a b", False)
+    assert answer_of({"choices": [{"text": "c d"}]}) == ("c d", False)
+    assert answer_of({"choices": []}) is None and answer_of(None) is None
 
 
 def test_classes_aggregate_and_the_prediction_follows_acceptance() -> None:
@@ -76,7 +76,7 @@ def test_classes_aggregate_and_the_prediction_follows_acceptance() -> None:
     adv.add(None)
     assert adv.skipped == 1 and adv.total.requests == 6
     copy, none = adv.classes[("chat", 0)], adv.classes[("chat", 3)]
-    assert (copy.requests, copy.steps, copy.drafts, copy.accepted) == (3, 12, 6, 24)
+    assert (copy.requests, copy.counts.steps, copy.counts.drafts, copy.counts.accepted) == (3, 12, 6, 24)
     assert copy.drafted_share == pytest.approx(0.5) and copy.tokens_per_step == pytest.approx(3.0)
     assert none.acceptance_rate is None and none.tokens_per_step == pytest.approx(1.0)
     # all: 36 + 9 answer tokens over 12 + 9 steps

@@ -1,15 +1,17 @@
 """Does the advisor predict what a speculative engine then does? Checked on the emulator.
 
 The same corpus requests (seeded, so both engines draw the same answer) go to the
-emulated plain engine and then, alone on the device, to the emulated n-gram engine, in a
-closed loop at each concurrency of ``--conc``. The advisor replays the plain engine's
-answers (what a team running only that engine would log) and predicts, per class and
-temperature bucket, the drafted tokens the n-gram engine would accept, and the speed-up
-at that load. The n-gram engine's own per-request counters (vLLM's per-request
-``metrics.speculative_decoding``) and the two engines' measured time per output token
-are the truth. Writes ``check.json`` and ``check.md`` under ``--out``.
+emulated plain engine and then, alone on the device, to the emulated speculative engine
+(``--method``: n-gram, or suffix decoding), in a closed loop at each concurrency of
+``--conc``. The advisor replays the plain engine's answers (what a team running only that
+engine would log) and predicts, per class and temperature bucket, the drafted tokens the
+speculative engine would accept, and the speed-up at that load. That engine's own
+per-request counters (vLLM's per-request ``metrics.speculative_decoding``) and the two
+engines' measured time per output token are the truth. Writes ``check.json`` and
+``check.md`` under ``--out``.
 
     python loadtests/advise_check.py --n 400 --conc 4,32 --out results/advisor
+    python loadtests/advise_check.py --n 400 --conc 4,32 --method suffix --out results/advisor/suffix
 """
 
 from __future__ import annotations
@@ -33,10 +35,20 @@ from gateway.advisor.report import Advice, bucket_label
 from gateway.emulator.launch import pair_launches, start_group
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
+from gateway.text.suffix import SuffixSettings
 from gateway.wire.sse import DONE, EventDecoder
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SETTINGS = LookupSettings(k=5, n_min=2, n_max=5)  # the emulated pair's n-gram engine
+SUFFIX = SuffixSettings(k=16)  # the suffix engine of --method suffix (vLLM's other defaults)
+SPEC_CONFIGS = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
+    "suffix": {
+        "method": "suffix",
+        "num_speculative_tokens": SUFFIX.k,
+        "suffix_decoding_max_cached_requests": SUFFIX.max_cached_requests,
+    },
+}
 
 
 @dataclass
@@ -104,13 +116,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     reqs = list(
         iter_requests(args.seed, args.n, temperature=args.temperature, max_tokens_cap=args.max_tokens)
     )
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, per_request_metrics=True), time_scale=args.time_scale
+    launches = pair_launches(
+        port_spec=0,
+        port_base=0,
+        per_request_metrics=True,
+        speculative_config=json.dumps(SPEC_CONFIGS[args.method]),
     )
-    spec, base = group.engines
-    try:
-        points = []
-        for conc in args.conc:
+    points = []
+    for conc in args.conc:
+        # fresh engines per point: a suffix engine would otherwise draft the second point's
+        # answers from the first's, the same answers
+        group = await start_group(launches, time_scale=args.time_scale)
+        spec, base = group.engines
+        try:
             got: dict[str, list[Answer]] = {}
             for eng in (base, spec):
                 bodies = [
@@ -119,20 +137,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ]
                 got[eng.handle.name] = await closed_loop(eng.url, bodies, conc)
             points.append((conc, got[base.handle.name], got[spec.handle.name]))
-    finally:
-        await group.stop()
+        finally:
+            await group.stop()
 
     plain0 = points[0][1]
-    adv = Advice(SETTINGS)
+    adv = Advice(SETTINGS, SUFFIX if args.method == "suffix" else None)
+    # The suffix engine met the requests in the order the first point sent them (its cache
+    # of earlier answers grew that way); the advisor replays the log in the same order.
+    suffix = None if adv.answers is None else (SUFFIX, adv.answers)
     replays = [
-        replay(to_openai_body(r, "m", stream=False), a.text, SETTINGS, stopped=a.stopped)
+        replay(to_openai_body(r, "m", stream=False), a.text, SETTINGS, stopped=a.stopped, suffix=suffix)
         for r, a in zip(reqs, plain0, strict=True)
     ]
     for rp in replays:
         adv.add(rp)
-    steps = get_step_model("h200-qwen3-8b", max(1, round(adv.total.context_tokens)))
+    pa = adv.suffix_advice if adv.suffix_advice is not None else adv.ngram
+    steps = get_step_model("h200-qwen3-8b", max(1, round(pa.total.context_tokens)))
 
-    # measured acceptance per class, from the n-gram engine's own counters (first point)
+    # measured acceptance per class, from the spec engine's own counters (first point)
     measured: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
     same_text = 0
     for rp, a_plain, a_spec in zip(replays, plain0, points[0][2], strict=True):
@@ -146,7 +168,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             acc[1] += int(m.get("num_draft_tokens", 0))
             acc[2] += 1
     classes = []
-    for key, cs in [(("all", -1), adv.total), *sorted(adv.classes.items())]:
+    for key, cs in [(("all", -1), pa.total), *sorted(pa.classes.items())]:
         acc, dt, _ = measured[key]
         classes.append(
             {
@@ -160,7 +182,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for conc, plain, specs in points:
         tp = [a.tpot_s for a in plain if a.tpot_s is not None]
         ts = [a.tpot_s for a in specs if a.tpot_s is not None]
-        [pred] = adv.predict(steps, [conc])
+        [pred] = pa.predict(steps, [conc])
         speedups.append(
             {
                 "concurrency": conc,
@@ -172,6 +194,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     return {
         "command": "advise_check.py " + " ".join(sys.argv[1:]),
+        "method": args.method,
         "requests": len(reqs),
         "same_answer_on_both_engines": same_text,
         "classes": classes,
@@ -181,7 +204,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(res: dict[str, Any]) -> str:
     lines = [
-        f"### The advisor against the emulated n-gram engine ({res['requests']} corpus requests)",
+        f"### The advisor against the emulated {res['method']} engine ({res['requests']} corpus requests)",
         "",
         "| class | requests | predicted acceptance | measured | predicted ÷ measured |",
         "|---|---|---|---|---|",
@@ -194,7 +217,7 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {c['class']} | {c['requests']} | {ps} | {ms} | {ratio} |")
     lines += [
         "",
-        "| concurrency | plain TPOT (ms) | n-gram TPOT (ms) | measured speed-up | predicted "
+        f"| concurrency | plain TPOT (ms) | {res['method']} TPOT (ms) | measured speed-up | predicted "
         "| predicted ÷ measured |",
         "|---|---|---|---|---|---|",
     ]
@@ -214,6 +237,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--conc", type=lambda s: [int(x) for x in s.split(",")], default=[4, 32])
     p.add_argument("--temperature", default="default")
+    p.add_argument("--method", choices=sorted(SPEC_CONFIGS), default="ngram", help="the spec engine's method")
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per emulated second")
     p.add_argument("--out", default="results/advisor")

@@ -262,22 +262,27 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         {},
     ),
     (
-        "Advice: what n-gram speculation would buy on this traffic",
-        "Drafted tokens the n-gram proposer would have accepted",
+        "Advice: what n-gram or suffix speculation would buy on this traffic",
+        "Drafted tokens the proposer would have accepted",
         "percentunit",
         [
             (
-                f"max by (kind, temperature) (specgate_advice_acceptance_rate{{{M}}})",
-                "{{kind}} T {{temperature}}",
+                f"max by (proposer, kind, temperature) (specgate_advice_acceptance_rate{{{M}}})",
+                "{{proposer}} {{kind}} T {{temperature}}",
             )
         ],
         {},
     ),
     (
-        "Advice: what n-gram speculation would buy on this traffic",
-        "Predicted n-gram speed-up by requests in flight",
+        "Advice: what n-gram or suffix speculation would buy on this traffic",
+        "Predicted speed-up by requests in flight",
         "none",
-        [(f"max by (load) (specgate_advice_predicted_speedup{{{M}}})", "{{load}} in flight")],
+        [
+            (
+                f"max by (proposer, load) (specgate_advice_predicted_speedup{{{M}}})",
+                "{{proposer}}, {{load}} in flight",
+            )
+        ],
         {},
     ),
     (

@@ -17,10 +17,20 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
+from gateway.advisor.plot import speedup_svg
 from gateway.advisor.replay import answer_of, replay
-from gateway.advisor.report import MAX_LOAD, Advice, ClassStats, Prediction, advice_dict, bucket_label
+from gateway.advisor.report import (
+    MAX_LOAD,
+    Advice,
+    ClassStats,
+    Prediction,
+    ProposerAdvice,
+    advice_dict,
+    bucket_label,
+)
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import DEFAULT_PROFILE, StepModel, get_step_model
+from gateway.text.suffix import SuffixSettings
 
 MAX_LINE_BYTES = 8 << 20
 DEFAULT_LOADS = "1,4,8,16,32,64,128"
@@ -38,6 +48,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--loads", default=DEFAULT_LOADS, help="requests in flight to price the engines at")
     parser.add_argument("--max-records", type=int, default=200_000, help="records read at most")
+    sx = SuffixSettings()
+    g = parser.add_argument_group("suffix decoding (vLLM's method: suffix)")
+    g.add_argument("--no-suffix", action="store_true", help="replay through the n-gram proposer only")
+    g.add_argument("--suffix-k", type=int, default=sx.k, help="num_speculative_tokens")
+    g.add_argument("--suffix-depth", type=int, default=sx.depth, help="suffix_decoding_max_tree_depth")
+    g.add_argument(
+        "--suffix-factor", type=float, default=sx.max_spec_factor, help="suffix_decoding_max_spec_factor"
+    )
+    g.add_argument(
+        "--suffix-min-prob", type=float, default=sx.min_token_prob, help="suffix_decoding_min_token_prob"
+    )
+    g.add_argument(
+        "--suffix-cache",
+        type=int,
+        default=sx.max_cached_requests,
+        help="earlier answers it drafts from (suffix_decoding_max_cached_requests)",
+    )
 
 
 Record = tuple[Any, tuple[str, bool] | None]  # request body, (answer text, ended on a stop)
@@ -74,10 +101,13 @@ def records(fh: IO[bytes], limit: int) -> tuple[list[Record], int]:
     return out, bad
 
 
-def advise(recs: list[Record], settings: LookupSettings) -> Advice:
-    adv = Advice(settings)
+def advise(recs: list[Record], settings: LookupSettings, suffix: SuffixSettings | None = None) -> Advice:
+    adv = Advice(settings, suffix)
+    cache = None if suffix is None or adv.answers is None else (suffix, adv.answers)
     for request, answer in recs:
-        adv.add(None if answer is None else replay(request, answer[0], settings, stopped=answer[1]))
+        adv.add(
+            None if answer is None else replay(request, answer[0], settings, stopped=answer[1], suffix=cache)
+        )
     return adv
 
 
@@ -104,53 +134,84 @@ def _break_even_text(p: Prediction | None) -> str:
     return f"stops paying at {p.load:g} requests in flight (≈ {p.requests_per_s:.1f} req/s on plain)"
 
 
+def _proposer_title(adv: Advice, pa: ProposerAdvice) -> str:
+    if pa.method == "ngram":
+        s = adv.settings
+        return f"n-gram (k = {s.k}, prompt_lookup_min {s.n_min}, prompt_lookup_max {s.n_max})"
+    sx = adv.suffix or SuffixSettings()
+    return (
+        f"suffix decoding (k = {sx.k}, max_tree_depth {sx.depth}, max_spec_factor {sx.max_spec_factor:g}, "
+        f"min_token_prob {sx.min_token_prob:g}; earlier answers: the last {sx.max_cached_requests})"
+    )
+
+
 def markdown(adv: Advice, steps: StepModel, loads: list[float], profile: str) -> str:
-    s, st = adv.settings, adv.total
+    st = adv.ngram.total
+    props = adv.proposers()
     lines = [
-        f"# Should this traffic run with an n-gram speculative engine? (k = {s.k}, "
-        f"prompt_lookup_min {s.n_min}, prompt_lookup_max {s.n_max})",
+        "# Should this traffic run with a speculative engine?",
         "",
         f"{st.requests} answers replayed ({adv.skipped} records skipped: not a request with an "
         f"answer of 2 tokens or more), {st.tokens} answer tokens; engines priced on the "
         f"`{profile}` step-time profile at the traffic's context ({st.context_tokens:.0f} tokens).",
         "",
-        "## What the proposer would accept",
-        "",
-        "| class | requests | steps with a draft | drafted tokens accepted | mean acceptance length "
-        "| tokens per step |",
-        "|---|---|---|---|---|---|",
-        _class_row("all", st),
     ]
-    for (kind, b), cs in sorted(adv.classes.items()):
-        lines.append(_class_row(f"{kind}, {bucket_label(b)}", cs))
+    for pa in props:
+        lines += [
+            f"## What the {_proposer_title(adv, pa)} proposer would accept",
+            "",
+            "| class | requests | steps with a draft | drafted tokens accepted | mean acceptance length "
+            "| tokens per step |",
+            "|---|---|---|---|---|---|",
+            _class_row("all", pa.total),
+            *(_class_row(f"{kind}, {bucket_label(b)}", cs) for (kind, b), cs in sorted(pa.classes.items())),
+            "",
+        ]
+    names = {"ngram": "n-gram", "suffix": "suffix"}
+    head = " | ".join(f"{names[pa.method]} (ms) | speed-up" for pa in props)
     lines += [
-        "",
         "## Predicted time per output token, by requests in flight",
         "",
-        "| in flight | ≈ req/s (plain) | plain (ms) | n-gram (ms) | speed-up |",
-        "|---|---|---|---|---|",
+        f"| in flight | ≈ req/s (plain) | plain (ms) | {head} |",
+        "|---|---|---" + "|---|---" * len(props) + "|",
     ]
-    for p in adv.predict(steps, loads):
+    preds = [pa.predict(steps, loads) for pa in props]
+    for row in zip(*preds, strict=True):
+        p0 = row[0]
+        cells = " | ".join(f"{p.spec_ms:.2f} | {p.speedup:.2f}" for p in row)
+        lines.append(f"| {p0.load:g} | {p0.requests_per_s:.1f} | {p0.base_ms:.2f} | {cells} |")
+    lines.append("")
+    for pa in props:
         lines.append(
-            f"| {p.load:g} | {p.requests_per_s:.1f} | {p.base_ms:.2f} | {p.spec_ms:.2f} | {p.speedup:.2f} |"
+            f"Over all the traffic, {names[pa.method]} speculation {_break_even_text(pa.break_even(steps))}."
         )
-    lines += ["", f"Over all the traffic, speculation {_break_even_text(adv.break_even(steps))}.", ""]
-    losers = []
-    for (kind, b), cs in sorted(adv.classes.items()):
-        be = adv.break_even(steps, cs)
-        if be is not None and be.load <= (loads[-1] if loads else MAX_LOAD):
-            losers.append(f"- {kind}, {bucket_label(b)} ({cs.requests} requests): {_break_even_text(be)}")
-    lines += ["## Classes that would lose within those loads", "", *(losers or ["- none"]), ""]
+    lines += ["", "![predicted speed-up by load](speedup.svg)", ""]
+    for pa in props:
+        losers = []
+        for (kind, b), cs in sorted(pa.classes.items()):
+            be = pa.break_even(steps, cs)
+            if be is not None and be.load <= (loads[-1] if loads else MAX_LOAD):
+                losers.append(f"- {kind}, {bucket_label(b)} ({cs.requests} requests): {_break_even_text(be)}")
+        lines += [
+            f"## Classes that would lose with {names[pa.method]} within those loads",
+            "",
+            *(losers or ["- none"]),
+            "",
+        ]
     lines += [
         "## Limits",
         "",
         "- Replayed with the gateway's word pieces, not the model's tokenizer: counts per step are "
         "close, not exact. A sampled answer's replay is vLLM's acceptance in expectation.",
+        "- The suffix proposer is suffix decoding's method (a tree over the request and one over "
+        "earlier answers, frequency-ranked paths, draft length by match length) on bounded "
+        "candidate lists, not Arctic Inference's code: its counts are close, not exact. Its "
+        "earlier answers are this log's, in its order.",
         "- Model-based drafters (EAGLE-3, draft models, MTP) cannot be replayed without their "
         "weights; this report does not predict them.",
         f"- Step times come from the `{profile}` profile: another GPU or model shifts both engines, "
         "and the break-even with them. A running gateway measures the engines' real per-token "
-        "latency; measure before deciding.",
+        "latency (`GET /admin/advice` reports it); measure before deciding.",
         "- Loads are requests in flight on one engine; the request rate beside them is what keeps "
         "that many in flight on the plain engine, from the answers' decoding alone. Beyond the "
         "engines' `--max-num-seqs` requests queue instead of joining the batch.",
@@ -162,6 +223,11 @@ def markdown(adv: Advice, steps: StepModel, loads: list[float], profile: str) ->
 def main(args: argparse.Namespace) -> int:
     try:
         settings = LookupSettings(args.k, args.lookup_min, args.lookup_max)
+        suffix = None
+        if not args.no_suffix:
+            suffix = SuffixSettings(
+                args.suffix_k, args.suffix_depth, args.suffix_factor, args.suffix_min_prob, args.suffix_cache
+            )
         loads = sorted({float(x) for x in str(args.loads).split(",") if x.strip()})
     except ValueError as exc:
         raise SystemExit(f"specgate advise: {exc}") from None
@@ -169,15 +235,16 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit("specgate advise: --loads must be numbers of at least 1")
     with open(args.log, "rb") as fh:
         recs, bad = records(fh, max(0, args.max_records))
-    adv = advise(recs, settings)
+    adv = advise(recs, settings, suffix)
     adv.skipped += bad
-    if adv.total.requests == 0:
+    if adv.requests == 0:
         raise SystemExit(f"specgate advise: no usable record in {args.log}")
-    steps = get_step_model(args.profile, max(1, round(adv.total.context_tokens)))
+    steps = get_step_model(args.profile, max(1, round(adv.ngram.total.context_tokens)))
     md = markdown(adv, steps, loads, args.profile)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "advice.md").write_text(md, encoding="utf-8")
+    (out / "speedup.svg").write_text(speedup_svg(adv, steps), encoding="utf-8")
     (out / "advice.json").write_text(
         json.dumps(advice_dict(adv, steps, loads, args.profile), indent=2) + "\n", encoding="utf-8"
     )

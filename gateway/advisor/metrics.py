@@ -33,40 +33,45 @@ class AdviceCollector(Collector):
         return []  # described by collect() at registration time would touch live state
 
     def collect(self) -> Iterable[Metric]:
-        cls_labels = ["model", "kind", "temperature"]
+        cls_labels = ["model", "proposer", "kind", "temperature"]
         answers = GaugeMetricFamily(
             "specgate_advice_answers",
-            "Answers replayed through the n-gram proposer so far.",
+            "Answers replayed through the proposers so far.",
             labels=["model"],
         )
         acc = GaugeMetricFamily(
             "specgate_advice_acceptance_rate",
-            "Share of the drafted tokens the n-gram proposer would have had accepted.",
+            "Share of the drafted tokens the proposer (ngram, suffix) would have had accepted.",
             labels=cls_labels,
         )
         tps = GaugeMetricFamily(
             "specgate_advice_tokens_per_step",
-            "Answer tokens an n-gram speculative step would emit, over whole answers.",
+            "Answer tokens a speculative step of the proposer would emit, over whole answers.",
             labels=cls_labels,
         )
         speedup = GaugeMetricFamily(
             "specgate_advice_predicted_speedup",
-            "Predicted plain ÷ n-gram time per output token over all the traffic, by requests in flight.",
-            labels=["model", "load"],
+            "Predicted plain ÷ speculative time per output token over all the traffic, "
+            "by requests in flight.",
+            labels=["model", "proposer", "load"],
         )
         for model, adv in sorted(self.advice().items()):
-            answers.add_metric([model], float(adv.total.requests))
-            if adv.total.requests == 0:
+            answers.add_metric([model], float(adv.requests))
+            if adv.requests == 0:
                 continue
-            for (kind, b), cs in sorted(adv.classes.items()):
-                labels = [model, kind, temperature_label(b)]
-                if cs.acceptance_rate is not None:
-                    acc.add_metric(labels, cs.acceptance_rate)
-                tps.add_metric(labels, cs.tokens_per_step)
             profile = self.profiles.get(model)
-            if profile is None:
-                continue
-            steps = get_step_model(profile, max(1, round(adv.total.context_tokens)))
-            for p in adv.predict(steps, LOADS):
-                speedup.add_metric([model, f"{p.load:g}"], p.speedup)
+            steps = (
+                None
+                if profile is None
+                else get_step_model(profile, max(1, round(adv.ngram.total.context_tokens)))
+            )
+            for pa in adv.proposers():
+                for (kind, b), cs in sorted(pa.classes.items()):
+                    labels = [model, pa.method, kind, temperature_label(b)]
+                    if cs.acceptance_rate is not None:
+                        acc.add_metric(labels, cs.acceptance_rate)
+                    tps.add_metric(labels, cs.tokens_per_step)
+                if steps is not None:
+                    for p in pa.predict(steps, LOADS):
+                        speedup.add_metric([model, pa.method, f"{p.load:g}"], p.speedup)
         return [answers, acc, tps, speedup]

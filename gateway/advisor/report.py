@@ -14,6 +14,9 @@ the plain engine (Little's law over the answers' decoding, queueing and prefill 
 
 from __future__ import annotations
 
+import math
+import threading
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +27,10 @@ from gateway.routing.acceptance import TEMP_BUCKETS
 from gateway.routing.adaptive.costmodel import regime_costs
 from gateway.routing.steptime import StepModel
 from gateway.text import LookupStats
+from gateway.text.suffix import AnswerCache, SuffixSettings
 
 MAX_LOAD = 1024  # the break-even search stops here
+MEASURED = 256  # plain answers whose measured time per token the live advice keeps
 
 
 def bucket_edges(b: int) -> tuple[float | None, float | None]:
@@ -55,13 +60,12 @@ class ClassStats:
     inv_tokens_per_step: float = 0.0  # Σ over requests of steps ÷ tokens
     held: float = 0.0  # Σ L·(P + L/2): the context a batch holds, answer-weighted
 
-    def add(self, r: Replay) -> None:
-        st = r.stats
+    def add(self, prompt_tokens: int, st: LookupStats) -> None:
         self.requests += 1
         self.counts += st
-        self.prompt_tokens += r.prompt_tokens
+        self.prompt_tokens += prompt_tokens
         self.inv_tokens_per_step += st.steps / st.output_tokens
-        self.held += st.output_tokens * (r.prompt_tokens + st.output_tokens / 2.0)
+        self.held += st.output_tokens * (prompt_tokens + st.output_tokens / 2.0)
 
     @property
     def tokens(self) -> int:
@@ -115,18 +119,18 @@ class Prediction:
 
 
 @dataclass
-class Advice:
-    settings: LookupSettings
+class ProposerAdvice:
+    """One proposer's replays per class and over all, and both engines priced on them
+    (``k``: the most tokens one of its steps drafts)."""
+
+    method: str  # "ngram" or "suffix", as vLLM names them
+    k: int
     total: ClassStats = field(default_factory=ClassStats)
     classes: dict[tuple[str, int], ClassStats] = field(default_factory=dict)
-    skipped: int = 0  # records that were not a request with a usable answer
 
-    def add(self, r: Replay | None) -> None:
-        if r is None:
-            self.skipped += 1
-            return
-        self.total.add(r)
-        self.classes.setdefault((r.kind, r.bucket), ClassStats()).add(r)
+    def add(self, kind: str, bucket: int, prompt_tokens: int, stats: LookupStats) -> None:
+        self.total.add(prompt_tokens, stats)
+        self.classes.setdefault((kind, bucket), ClassStats()).add(prompt_tokens, stats)
 
     def predict(
         self, steps: StepModel, loads: Iterable[float], stats: ClassStats | None = None
@@ -141,8 +145,8 @@ class Advice:
                 load=b,
                 q_spec=s.verified_per_step,
                 inv_tokens_per_step=s.mean_inverse_tokens_per_step,
-                method="ngram",
-                k=self.settings.k,
+                method=self.method,
+                k=self.k,
                 prefill_per_token=s.prompt_tokens / s.tokens if s.tokens else 0.0,
             )
             qps = b / (mean_tokens * c.base_ms / 1000.0) if c.base_ms > 0 else 0.0
@@ -163,12 +167,53 @@ def _grid() -> Sequence[int]:
     return [*range(1, 65), *range(72, 257, 8), *range(288, MAX_LOAD + 1, 32)]
 
 
-def advice_dict(adv: Advice, steps: StepModel, loads: Iterable[float], profile: str) -> dict[str, Any]:
-    """The advice as JSON: settings, per class and over all what the proposer would
-    accept and where speculation stops paying, and both engines priced at ``loads``."""
+@dataclass
+class Advice:
+    """What the advisor knows of a model's traffic: each answer replayed through vLLM's
+    n-gram proposer (``settings``) and, with ``suffix`` settings, a suffix-decoding one that
+    also drafts from the earlier answers (``answers``, bounded)."""
 
+    settings: LookupSettings
+    suffix: SuffixSettings | None = None
+    skipped: int = 0  # records that were not a request with a usable answer
+    ngram: ProposerAdvice = field(init=False)
+    suffix_advice: ProposerAdvice | None = field(init=False)
+    answers: AnswerCache | None = field(init=False)
+    # Held while a suffix replay reads and extends ``answers`` (replays run in threads).
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    # (time per output token in s, requests in flight) of the plain engine's latest answers
+    measured: deque[tuple[float, float]] = field(init=False, default_factory=lambda: deque(maxlen=MEASURED))
+
+    def __post_init__(self) -> None:
+        self.ngram = ProposerAdvice("ngram", self.settings.k)
+        sx = self.suffix
+        self.suffix_advice = None if sx is None else ProposerAdvice("suffix", sx.k)
+        self.answers = None if sx is None else AnswerCache(sx.max_cached_requests)
+
+    @property
+    def requests(self) -> int:
+        return self.ngram.total.requests
+
+    def add(self, r: Replay | None) -> None:
+        if r is None:
+            self.skipped += 1
+            return
+        self.ngram.add(r.kind, r.bucket, r.prompt_tokens, r.stats)
+        if self.suffix_advice is not None and r.suffix is not None:
+            self.suffix_advice.add(r.kind, r.bucket, r.prompt_tokens, r.suffix)
+
+    def observe_plain(self, tpot_s: float, in_flight: float) -> None:
+        """A plain answer's measured time per output token, at the load it ran under."""
+        if tpot_s > 0 and math.isfinite(tpot_s) and in_flight >= 1:
+            self.measured.append((tpot_s, in_flight))
+
+    def proposers(self) -> list[ProposerAdvice]:
+        return [self.ngram] if self.suffix_advice is None else [self.ngram, self.suffix_advice]
+
+
+def _proposer_dict(pa: ProposerAdvice, steps: StepModel, loads: Iterable[float]) -> dict[str, Any]:
     def cls(s: ClassStats) -> dict[str, Any]:
-        be = adv.break_even(steps, s)
+        be = pa.break_even(steps, s)
         return {
             "requests": s.requests,
             "answer_tokens": s.tokens,
@@ -180,16 +225,9 @@ def advice_dict(adv: Advice, steps: StepModel, loads: Iterable[float], profile: 
         }
 
     return {
-        "settings": {
-            "k": adv.settings.k,
-            "prompt_lookup_min": adv.settings.n_min,
-            "prompt_lookup_max": adv.settings.n_max,
-            "profile": profile,
-        },
-        "skipped": adv.skipped,
-        "all": cls(adv.total),
+        "all": cls(pa.total),
         "classes": [
-            {"kind": k, "temperature": bucket_label(b), **cls(s)} for (k, b), s in sorted(adv.classes.items())
+            {"kind": k, "temperature": bucket_label(b), **cls(s)} for (k, b), s in sorted(pa.classes.items())
         ],
         "predictions": [
             {
@@ -199,6 +237,56 @@ def advice_dict(adv: Advice, steps: StepModel, loads: Iterable[float], profile: 
                 "spec_ms": p.spec_ms,
                 "speedup": p.speedup,
             }
-            for p in adv.predict(steps, loads)
+            for p in pa.predict(steps, loads)
         ],
     }
+
+
+def measured_dict(adv: Advice, steps: StepModel) -> dict[str, Any] | None:
+    """The plain engine as measured (its latest answers' mean time per output token and the
+    mean load they ran under) and each proposer's predicted time per token at that load,
+    from the profile and scaled by how the measured plain engine compares with it."""
+    if not adv.measured:
+        return None
+    plain_ms = 1000.0 * sum(t for t, _ in adv.measured) / len(adv.measured)
+    load = sum(n for _, n in adv.measured) / len(adv.measured)
+    out: dict[str, Any] = {"answers": len(adv.measured), "in_flight": load, "plain_ms": plain_ms}
+    for pa in adv.proposers():
+        [p] = pa.predict(steps, [load])
+        out[pa.method] = {
+            "profile_plain_ms": p.base_ms,
+            "profile_spec_ms": p.spec_ms,
+            "spec_ms": p.spec_ms * plain_ms / p.base_ms if p.base_ms > 0 else None,
+            "speedup": p.speedup,
+        }
+    return out
+
+
+def advice_dict(adv: Advice, steps: StepModel, loads: Iterable[float], profile: str) -> dict[str, Any]:
+    """The advice as JSON: settings, per class and over all what the n-gram proposer would
+    accept and where speculation stops paying, both engines priced at ``loads``; the same
+    for the suffix proposer under ``suffix``."""
+    loads = list(loads)
+    out: dict[str, Any] = {
+        "settings": {
+            "k": adv.settings.k,
+            "prompt_lookup_min": adv.settings.n_min,
+            "prompt_lookup_max": adv.settings.n_max,
+            "profile": profile,
+        },
+        "skipped": adv.skipped,
+        **_proposer_dict(adv.ngram, steps, loads),
+    }
+    if adv.suffix is not None and adv.suffix_advice is not None:
+        sx = adv.suffix
+        out["suffix"] = {
+            "settings": {
+                "k": sx.k,
+                "max_tree_depth": sx.depth,
+                "max_spec_factor": sx.max_spec_factor,
+                "min_token_prob": sx.min_token_prob,
+                "max_cached_requests": sx.max_cached_requests,
+            },
+            **_proposer_dict(adv.suffix_advice, steps, loads),
+        }
+    return out

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
-from gateway.advisor.report import advice_dict
+from gateway.advisor.report import advice_dict, measured_dict
 from gateway.api.auth import check_admin
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
@@ -44,24 +44,27 @@ _MAX_LOADS = 16
 
 
 async def advice(request: web.Request) -> web.Response:
-    """What an n-gram speculative engine would buy on the traffic so far, per model
-    (:mod:`gateway.advisor`): the sampled answers replayed with the model's n-gram
-    settings, and both engines priced on its routing profile at ``?loads=1,8,64``
-    (requests in flight; default 1-128) and at the load it carries now."""
+    """What an n-gram (or suffix) speculative engine would buy on the traffic so far, per
+    model (:mod:`gateway.advisor`): the sampled answers replayed with the model's n-gram
+    settings and a suffix proposer's, both engines priced on its routing profile at
+    ``?loads=1,8,64`` (requests in flight; default 1-128) and at the load it carries now,
+    and under ``measured`` the plain answers' own time per token with the prediction
+    scaled to it."""
     st = request.app[STATE]
     check_admin(request, st.config.server.admin_keys)
     loads = _loads(request.query.get("loads"))
     body: dict[str, Any] = {}
     for name, m in st.models.items():
         adv = st.advice.get(name)
-        if adv is None or adv.total.requests == 0:
+        if adv is None or adv.requests == 0:
             body[name] = {"requests": 0}
             continue
         profile = m.config.routing.profile
-        steps = get_step_model(profile, max(1, round(adv.total.context_tokens)))
+        steps = get_step_model(profile, max(1, round(adv.ngram.total.context_tokens)))
         now = float(max(1, m.inflight))
         out = advice_dict(adv, steps, sorted({*loads, now}), profile)
         out["in_flight_now"] = now
+        out["measured"] = measured_dict(adv, steps)
         body[name] = out
     return web.Response(body=json.dumps(body).encode(), content_type="application/json")
 

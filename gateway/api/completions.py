@@ -331,9 +331,9 @@ def tell_decided(mrt: ModelRuntime, features: RequestFeatures, decision: Decisio
     requests on its spec and plain engines, as the policy counts them. Never raises."""
     try:
         now = time.monotonic()
-        pair = next((p for p in mrt.pairs if decision.engine in (p.spec.name, p.base.name)), mrt.pairs[0])
+        pair = next((p for p in mrt.pairs if decision.engine in {e.name for e in p.engines}), mrt.pairs[0])
         loads = (
-            engine_load(pair.spec.view(now, mrt.stale_after_s)),
+            0.0 if pair.spec is None else engine_load(pair.spec.view(now, mrt.stale_after_s)),
             engine_load(pair.base.view(now, mrt.stale_after_s)),
         )
         for hook in mrt.on_decided:

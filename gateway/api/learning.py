@@ -12,14 +12,19 @@ import asyncio
 import logging
 import time
 
-from gateway.advisor.replay import Replay
+from gateway.advisor.replay import MAX_ANSWER_CHARS, MAX_PROMPT_CHARS, Replay
 from gateway.advisor.report import Advice
+from gateway.config import ModelConfig
 from gateway.engines.runtime import ModelRuntime
+from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup_stats
 from gateway.proxy.result import ProxyResult
 from gateway.routing.acceptance import temp_bucket
 from gateway.routing.overlap import lookup_rates
-from gateway.routing.types import Decision, RequestFeatures
+from gateway.routing.types import Decision, RequestFeatures, Route
+from gateway.text.lookup import LookupStats
+from gateway.text.suffix import realised_suffix
+from gateway.text.tokens import tokenize
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +77,68 @@ def answer_of(result: ProxyResult, started: float) -> Answer | None:
 
 def lookup_settings(model: ModelRuntime, engine: str | None) -> LookupSettings:
     """The lookup settings of the pair whose engine served the answer (the first pair's when
-    the engine is unknown)."""
-    pair = next((p for p in model.pairs if engine in (p.spec.name, p.base.name)), model.pairs[0])
+    the engine is unknown); the advisor's for a plain engine alone."""
+    pair = next((p for p in model.pairs if engine in {e.name for e in p.engines}), model.pairs[0])
+    if pair.spec is None:
+        return advice_settings(model.config)
     cfg = pair.spec.config
     return LookupSettings.of(cfg.k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
+
+
+def advice_settings(config: ModelConfig) -> LookupSettings:
+    """The n-gram proposer the advisor replays answers through: the model's n-gram engine's
+    where it has one, else the model's ``advice`` settings."""
+    spec = config.pairs[0].spec
+    if spec is not None and spec.method in PROMPT_LOOKUP_METHODS:
+        return LookupSettings.of(spec.k, spec.prompt_lookup_min, spec.prompt_lookup_max)
+    a = config.advice
+    return LookupSettings(a.k, a.prompt_lookup_min, a.prompt_lookup_max)
+
+
+async def _advise(
+    advice: Advice,
+    features: RequestFeatures,
+    result: ProxyResult,
+    prompt_text: str,
+    ngram: tuple[LookupStats, int] | None,
+    *,
+    in_flight: float,
+) -> None:
+    """Add the answer to ``advice``: its n-gram replay (``ngram`` when the serving pair's
+    already is the advisor's), its suffix replay (in a thread, one at a time: the replays
+    share the cache of earlier answers) and, for a plain answer, its time per token at
+    ``in_flight`` (the model's requests in flight as it ended)."""
+    completion = result.harvest.completion_text
+    if ngram is None:
+        ngram = await _replay(prompt_text, completion, advice.settings)
+    if ngram is None:
+        return
+    stats, prompt_tokens = ngram
+    suffix = None
+    if advice.suffix is not None and advice.answers is not None:
+        suffix = await asyncio.to_thread(_suffix_replay, advice, prompt_text, completion)
+    t = features.temperature
+    advice.add(Replay(features.kind, t, temp_bucket(t), prompt_tokens, stats, suffix))
+    h = result.harvest
+    tokens = h.completion_tokens if h.completion_tokens is not None else h.content_events
+    first, last = result.first_token_at, result.last_token_at
+    if result.route is Route.BASE and not result.moved and first and last and tokens > 1:
+        advice.observe_plain((last - first) / (tokens - 1), in_flight)
+
+
+def _suffix_replay(advice: Advice, prompt_text: str, completion: str) -> LookupStats:
+    prompt = tokenize(prompt_text[-MAX_PROMPT_CHARS:])
+    answer = tokenize(completion[:MAX_ANSWER_CHARS])
+    with advice.lock:
+        return realised_suffix(prompt, answer, advice.suffix, advice.answers)
+
+
+async def _replay(
+    prompt_text: str, completion: str, settings: LookupSettings
+) -> tuple[LookupStats, int] | None:
+    if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
+        return replay_lookup_stats(prompt_text, completion, settings)
+    return await asyncio.to_thread(replay_lookup_stats, prompt_text, completion, settings)
 
 
 def wants_lookup(result: ProxyResult) -> bool:
@@ -127,22 +190,20 @@ async def learn_with_lookup(
     advice: Advice | None = None,
 ) -> None:
     """Replay the answer against the prompt as the serving pair's n-gram proposer would (in
-    a thread when large), add it to the model's ``advice`` (:mod:`gateway.advisor`), then
-    observe."""
+    a thread when large), and as the advisor's where that differs; add it to the model's
+    ``advice`` (:mod:`gateway.advisor`), then observe."""
     lookup: tuple[float, float] | None = None
     try:
         completion = result.harvest.completion_text
         settings = lookup_settings(model, result.engine)
-        if len(prompt_text) + len(completion) <= INLINE_LOOKUP_CHARS:
-            got = replay_lookup_stats(prompt_text, completion, settings)
-        else:
-            got = await asyncio.to_thread(replay_lookup_stats, prompt_text, completion, settings)
+        got = await _replay(prompt_text, completion, settings)
         if got is not None:
-            stats, prompt_tokens = got
-            lookup = lookup_rates(stats, settings.k)
-            if advice is not None and settings == advice.settings:
-                t = features.temperature
-                advice.add(Replay(features.kind, t, temp_bucket(t), prompt_tokens, stats))
+            lookup = lookup_rates(got[0], settings.k)
+        if advice is not None:
+            ngram = got if advice.settings == settings else None
+            await _advise(
+                advice, features, result, prompt_text, ngram, in_flight=float(max(1, model.inflight))
+            )
     except Exception:
         log.exception("realised lookup failed (request unaffected)")
     observe(model, features, decision, result, started=started, lookup=lookup)

@@ -11,15 +11,15 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from gateway.advisor.report import Advice
-from gateway.api.learning import SampleBudget
+from gateway.api.learning import SampleBudget, advice_settings
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.peers.service import PeerService
-from gateway.pipeline.outcome import LookupSettings
 from gateway.proxy.move import MoveBoard
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.stream import SHUTDOWN
 from gateway.telemetry.hooks import Telemetry
+from gateway.text.suffix import SuffixSettings
 from gateway.wire.headers import REQUEST_ID, request_id
 
 RID: web.RequestKey[str] = web.RequestKey("specgate_request_id", str)
@@ -106,12 +106,13 @@ class GatewayState:
         return keys
 
     def advice_for(self, model: str) -> Advice:
-        """The model's advice, replayed with its first pair's n-gram settings."""
+        """The model's advice (:func:`~gateway.api.learning.advice_settings`)."""
         a = self.advice.get(model)
         if a is None:
-            cfg = self.models[model].pairs[0].spec.config
-            settings = LookupSettings.of(cfg.k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
-            a = self.advice[model] = Advice(settings)
+            cfg = self.models[model].config
+            cached = cfg.advice.suffix_cached_answers
+            suffix = SuffixSettings(max_cached_requests=cached) if cached else None
+            a = self.advice[model] = Advice(advice_settings(cfg), suffix)
         return a
 
     def lookup_budget(self, model: str) -> SampleBudget:

@@ -3,6 +3,7 @@
 
 from gateway.config.loader import ConfigError, default_config_text, load_config
 from gateway.config.models import (
+    AdviceConfig,
     EngineConfig,
     GatewayConfig,
     ModelConfig,
@@ -15,6 +16,7 @@ from gateway.config.models import (
 from gateway.config.telemetry import TelemetryConfig
 
 __all__ = [
+    "AdviceConfig",
     "ConfigError",
     "EngineConfig",
     "GatewayConfig",

@@ -178,22 +178,54 @@ class EngineConfig(_Strict):
 
 class PairConfig(_Strict):
     device: str = Field("gpu0", description="engines of a pair share this device timeline")
-    spec: EngineConfig
+    spec: EngineConfig | None = Field(
+        None,
+        description="the speculative engine; leave it out to run in front of the plain engine alone "
+        "(every request goes to it, and the advisor says what speculation would buy)",
+    )
     base: EngineConfig
 
     @model_validator(mode="after")
     def _roles(self) -> PairConfig:
+        if self.base.method is not None or self.base.k != 0:
+            raise ValueError("base engine is the plain one: it must not declare 'method' or 'k'")
+        if self.spec is None:
+            return self
         if self.spec.method is None:
             raise ValueError("spec engine must declare its speculative 'method' (e.g. ngram)")
         if self.spec.k < 1:
             raise ValueError("spec engine must declare k ≥ 1 (num_speculative_tokens)")
-        if self.base.method is not None or self.base.k != 0:
-            raise ValueError("base engine is the plain one: it must not declare 'method' or 'k'")
         if self.spec.method in PROMPT_LOOKUP_METHODS:
             if self.spec.prompt_lookup_min is None:
                 self.spec.prompt_lookup_min = 2 if self.spec.prompt_lookup_max is None else 1
             if self.spec.prompt_lookup_max is None:
                 self.spec.prompt_lookup_max = max(5, self.spec.prompt_lookup_min)
+        return self
+
+    @property
+    def engines(self) -> tuple[EngineConfig, ...]:
+        return (self.base,) if self.spec is None else (self.spec, self.base)
+
+
+class AdviceConfig(_Strict):
+    """The n-gram proposer the advisor replays answers through where the model has no n-gram
+    engine (a plain engine alone, or an EAGLE-3 or draft-model pair); a model with an n-gram
+    engine is advised on that engine's own settings. vLLM's ``--speculative-config`` names."""
+
+    k: int = Field(5, ge=1, le=64, description="num_speculative_tokens")
+    prompt_lookup_min: int = Field(2, ge=1, le=64)
+    prompt_lookup_max: int = Field(5, ge=1, le=64)
+    suffix_cached_answers: int = Field(
+        256,
+        ge=0,
+        le=10_000,
+        description="earlier answers the suffix-decoding replay drafts from (0: no suffix replay)",
+    )
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> AdviceConfig:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("prompt_lookup_min must be ≤ prompt_lookup_max")
         return self
 
 
@@ -256,6 +288,7 @@ class ModelConfig(_Strict):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    advice: AdviceConfig = Field(default_factory=AdviceConfig)
     max_concurrency: int | None = Field(
         None, ge=1, description="requests in flight for this model before 429 (none: only the server limit)"
     )
@@ -350,8 +383,13 @@ class GatewayConfig(_Strict):
             if m.name in seen_models:
                 raise ValueError(f"models: name {m.name!r} appears twice")
             seen_models.add(m.name)
+            if len({p.spec is None for p in m.pairs}) > 1:
+                raise ValueError(
+                    f"models: {m.name!r} mixes pairs with and without a spec engine "
+                    "(give every pair one, or none)"
+                )
             for p in m.pairs:
-                for e in (p.spec, p.base):
+                for e in p.engines:
                     if e.name in seen_engines:
                         raise ValueError(f"models: engine name {e.name!r} appears twice (names are global)")
                     seen_engines.add(e.name)

@@ -1,9 +1,9 @@
 """How many drafts a speculative step accepts, for methods whose drafts are not text.
 
 For ``ngram`` (and ``suffix``) the engine compares the proposer's draft tokens with the
-answer text (see :mod:`gateway.emulator.engine`); at T > 0 each matching draft token is
-also accepted only with probability :func:`ngram_token_acceptance` (the target model's
-probability of that token falls as temperature rises).
+answer text (see :mod:`gateway.emulator.engine`): a draft token is accepted exactly when
+the answer holds it there, and temperature acts through the text (the answer copies less,
+and sampling puts other tokens into the copies, :mod:`gateway.emulator.textgen`).
 
 For model-based drafters (``eagle``/``eagle3``, ``mtp``, ``draft_model``, ``medusa``,
 ``mlp_speculator``) acceptance comes from per-position curves by request kind, taken
@@ -19,7 +19,6 @@ divided by drafts reports); positions past the list continue geometrically.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 
@@ -55,13 +54,6 @@ CURVES["mlp_speculator"] = CURVES["medusa"]
 # Per-draft-position decay of the conditional acceptance with temperature: at T=1 a
 # draft model keeps ~0.9 of its AL gain (2.79 -> 2.61), heads a little less.
 _TEMP_DECAY = {"draft_model": 0.06, "mtp": 0.08, "eagle3": 0.10, "eagle": 0.10, "medusa": 0.12}
-
-
-def ngram_token_acceptance(temperature: float) -> float:
-    """Probability that the target model samples a matching n-gram draft token at T."""
-    if temperature <= 0.0:
-        return 1.0
-    return math.exp(-0.45 * min(temperature, 2.0))
 
 
 def _conditional(rates: Sequence[float], k: int) -> list[float]:

@@ -8,7 +8,6 @@ answer, :func:`apply_stop` cuts emitted tokens at a stop string, and
 
 from __future__ import annotations
 
-from gateway.emulator.acceptance import ngram_token_acceptance
 from gateway.emulator.engine_types import EngineRequest
 from gateway.emulator.spec import SpecConfig
 from gateway.physics import StepTimeProfile
@@ -28,17 +27,16 @@ def draft_cost_ms(prof: StepTimeProfile, spec: SpecConfig, drafted_k: int, n_dec
 def verify_text_drafts(req: EngineRequest, drafts: list[str]) -> int:
     """How many of ``drafts`` the target accepts: the leading run equal to the answer.
 
-    At T > 0 each matching token is also kept only with probability
-    :func:`~gateway.emulator.acceptance.ngram_token_acceptance` (drawn from ``req.rng``).
+    As in vLLM's rejection sampler with a one-hot n-gram draft, a draft token is accepted
+    exactly when the token the target samples there equals it, at any temperature: the
+    answer text already holds what sampling chose (:mod:`gateway.emulator.textgen`), so
+    acceptance follows the text and nothing else.
     """
     gen = req.gen
     pos = len(req.output)
-    p_tok = ngram_token_acceptance(req.temperature)
     a = 0
     for tok in drafts:
         if tok != gen.token(pos + a):
-            break
-        if p_tok < 1.0 and req.rng.random() >= p_tok:
             break
         a += 1
     return a

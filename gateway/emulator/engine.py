@@ -22,8 +22,8 @@ timeline, which decides when each step really ends.
 
 Per-request acceptance: for ``ngram``/``suffix`` a real
 :class:`gateway.text.PromptLookupProposer` drafts from prompt + generated tokens and a
-draft token is accepted while it equals the next answer token (at T > 0 each also
-with probability :func:`~gateway.emulator.acceptance.ngram_token_acceptance`). For
+draft token is accepted while it equals the next answer token, at any temperature (the
+answer text carries what sampling chose). For
 model-based methods the accepted length is sampled from per-position curves.
 Counters live in :attr:`Engine.stats` (plain ints, for the simulator) and are
 forwarded to an optional :class:`EngineObserver` (Prometheus, see ``metrics.py``;
@@ -63,6 +63,8 @@ from gateway.emulator.stepcost import price_step
 from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
 from gateway.physics import StepTimeProfile, get_profile
 from gateway.text import tokenize
+from gateway.text.lookup import Proposer
+from gateway.text.suffix import AnswerCache, SuffixProposer
 
 __all__ = [
     "FINISH_REASONS",
@@ -100,6 +102,9 @@ class Engine:
         self._kv_capacity = config.num_gpu_blocks * config.block_size
         self.step_overhead_ms = 0.0  # extra host time per step (fault knob / tuning)
         self._released: set[int] = set()  # released while a step was planned (see release)
+        # suffix decoding's global tree: the answers this engine finished (bounded)
+        sx = self.spec.suffix if self.spec is not None else None
+        self.answers = AnswerCache(sx.max_cached_requests) if sx is not None else None
 
     # --- requests -----------------------------------------------------------------
     def make_request(
@@ -201,9 +206,7 @@ class Engine:
         if spec is None:
             req.proposer = None
         elif spec.text_based and req.proposer is None:
-            req.proposer = indexed_proposer(
-                req.prompt_tokens, k=spec.k, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
-            )
+            req.proposer = self._proposer(req)
             req.proposer.extend(req.output)
         self.waiting.append(req)
 
@@ -375,12 +378,7 @@ class Engine:
                     continue
                 # prefill complete: the step samples the first token
                 if spec is not None and spec.text_based:
-                    req.proposer = indexed_proposer(
-                        req.prompt_tokens,
-                        k=spec.k,
-                        n_min=spec.prompt_lookup_min,
-                        n_max=spec.prompt_lookup_max,
-                    )
+                    req.proposer = self._proposer(req)
                 ev = self._emit(req, 1, now)
                 req.first_token_at = now
                 if obs:
@@ -415,6 +413,17 @@ class Engine:
             self.running = [r for r in self.running if r.finish_reason is None]
         return events
 
+    def _proposer(self, req: EngineRequest) -> Proposer:
+        """A text proposer over the request's prompt: suffix decoding's (drafting from the
+        engine's earlier answers too) for ``suffix``, else vLLM's prompt lookup."""
+        spec = self.spec
+        assert spec is not None
+        if spec.suffix is not None:
+            return SuffixProposer(req.prompt_tokens, spec.suffix, self.answers)
+        return indexed_proposer(
+            req.prompt_tokens, k=spec.k, n_min=spec.prompt_lookup_min, n_max=spec.prompt_lookup_max
+        )
+
     def _emit(self, req: EngineRequest, n: int, now: float) -> TokenEvent:
         """Append up to ``n`` answer tokens to ``req`` and decide whether it finished."""
         cfg = self.config
@@ -445,6 +454,8 @@ class Engine:
             req.finish_reason = finish
             req.finished_at = now
             self.stats.finished[finish] += 1
+            if self.answers is not None:
+                self.answers.add(req.output)
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from gateway.emulator.spec import SpecConfig
 from gateway.emulator.textgen import AnswerGenerator, PromptKind
-from gateway.text import PromptLookupProposer
+from gateway.text.lookup import Proposer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SPEC_COST_SCALE_MAX = 10.0  # the largest spec_cost_scale an engine takes
@@ -91,7 +91,7 @@ class EngineRequest:
     skip: int = 0  # answer tokens given before this request (a continuation): it starts after them
     output: list[str] = field(default_factory=list)
     text_len: int = 0
-    proposer: PromptLookupProposer | None = None
+    proposer: Proposer | None = None
     rng: random.Random = field(default_factory=random.Random)
     cond: list[float] = field(default_factory=list)
     # --- speculative counters of this request ---

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.physics.methods import LEGACY_NGRAM, METHODS, NGRAM_METHODS
+from gateway.text.suffix import SuffixSettings
 
 # Keys of vLLM's SpeculativeConfig that the emulator accepts (most only matter on a GPU).
 KNOWN_KEYS = frozenset(
@@ -68,6 +69,7 @@ class SpecConfig:
     synthetic_length: float | None = None
     # Dynamic SD: inclusive (start batch, end batch, K) ranges, sorted; () = always k.
     k_per_batch: tuple[tuple[int, int, int], ...] = ()
+    suffix: SuffixSettings | None = None  # method "suffix": its suffix_decoding_* settings
 
     def k_at(self, batch: int) -> int:
         """K for a step of ``batch`` requests: the covering range's, else the last range
@@ -204,6 +206,7 @@ def parse_spec_config(raw: str | dict[str, Any] | None) -> SpecConfig | None:
     if model is not None and not isinstance(model, str):
         raise SpecConfigError("model must be a string")
     k_per_batch = _k_per_batch(data.get("num_speculative_tokens_per_batch_size"))
+    suffix = _suffix(data, k) if method == "suffix" else None
     return SpecConfig(
         method=str(method),
         k=k,
@@ -214,4 +217,27 @@ def parse_spec_config(raw: str | dict[str, Any] | None) -> SpecConfig | None:
         synthetic_rates=rates,
         synthetic_length=float(length) if length is not None else None,
         k_per_batch=k_per_batch,
+        suffix=suffix,
     )
+
+
+def _suffix(data: dict[str, Any], k: int) -> SuffixSettings:
+    """``suffix_decoding_*`` keys (vLLM's defaults where absent)."""
+    d = SuffixSettings(k=k)
+    depth = _int(data, "suffix_decoding_max_tree_depth", 1, 1024)
+    cached = _int(data, "suffix_decoding_max_cached_requests", 0, 1_000_000)
+    factor = data.get("suffix_decoding_max_spec_factor", d.max_spec_factor)
+    prob = data.get("suffix_decoding_min_token_prob", d.min_token_prob)
+    for key, v in (("suffix_decoding_max_spec_factor", factor), ("suffix_decoding_min_token_prob", prob)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            raise SpecConfigError(f"{key} must be a number >= 0, got {v!r}")
+    try:
+        return SuffixSettings(
+            k=k,
+            depth=depth if depth is not None else d.depth,
+            max_spec_factor=float(factor),
+            min_token_prob=float(prob),
+            max_cached_requests=cached if cached is not None else d.max_cached_requests,
+        )
+    except ValueError as e:
+        raise SpecConfigError(str(e)) from None

@@ -19,6 +19,7 @@ acceptance of n-gram drafts emerges from this text.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -51,9 +52,13 @@ _CODE = re.compile(
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
 # Pasted material, where instruction words do not count: fenced blocks, quoted blocks, tags.
 _PASTED = re.compile(r'```.*?(?:```|$)|""".*?(?:"""|$)|<document>.*?(?:</document>|$)', re.DOTALL)
+# The chat template's markup (ChatML, as the emulator renders messages).
+_MARKUP = re.compile(r"<\|im_(?:start|end)\|>(?:[a-z]+\n)?")
 _RAG = re.compile(r"(?:^|\n)\s*(?:context|sources|documents)\s*:", re.IGNORECASE)
 
 LONG_DOCUMENT_TOKENS = 300
+# Per-token substitution in copies at temperature T: 1 - exp(-SUBSTITUTION_RATE * T).
+SUBSTITUTION_RATE = 0.3
 
 
 def classify(prompt: str) -> PromptKind:
@@ -116,14 +121,29 @@ def _seed_int(*parts: object) -> int:
 
 
 def _source_region(prompt_tokens: list[str], prompt: str, kind: PromptKind) -> list[str]:
-    """The part of the prompt an answer copies from (code blocks for edits, else the prompt)."""
+    """The part of the prompt an answer copies from (code blocks for edits, else the
+    prompt's text without the chat template's markup, which no answer copies)."""
     if kind is PromptKind.EDIT:
         blocks = _FENCE.findall(prompt)
         if blocks:
             toks = tokenize("\n".join(blocks))
             if len(toks) >= 8:
                 return toks
+    if _MARKUP.search(prompt):
+        return tokenize(_MARKUP.sub("\n", prompt).strip())
     return prompt_tokens
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _source_tokens(tokens: list[str]) -> list[str]:
+    """``tokens`` without the whitespace a text may end in (a token only at the very end:
+    anything after it would join it)."""
+    while tokens and tokens[-1].isspace():
+        tokens = tokens[:-1]
+    return tokens
 
 
 class AnswerGenerator:
@@ -158,7 +178,7 @@ class AnswerGenerator:
         self.temperature = max(0.0, temperature)
         self._p = PARAMS[self.kind]
         self._rng = random.Random(_seed_int(prompt, seed, round(self.temperature, 4)))
-        self._src = _source_region(prompt_tokens, prompt, self.kind) or ["\n"]
+        self._src = _source_tokens(_source_region(prompt_tokens, prompt, self.kind)) or ["."]
         self._cursor = 0
         self._copy_run = 0
         self._out: list[str] = []
@@ -181,6 +201,12 @@ class AnswerGenerator:
     def _deviation(self) -> float:
         """Per-token probability that sampling leaves a copied span (0 at T=0)."""
         return 0.05 * self.temperature
+
+    def _substitution(self) -> float:
+        """Per-token probability that sampling puts another token in place of the copied
+        one while the copy goes on (0 at T=0): the target model's probability of the
+        source token falls as temperature rises (``1 - exp(-SUBSTITUTION_RATE * T)``)."""
+        return 1.0 - math.exp(-SUBSTITUTION_RATE * min(self.temperature, 2.0))
 
     # --- generation -----------------------------------------------------------------
     def token(self, i: int) -> str:
@@ -227,16 +253,20 @@ class AnswerGenerator:
         else:
             start = self._rng.randrange(0, n)
         dev = self._deviation()
+        sub = self._substitution()
         rng = self._rng
-        out = self._out
+        put = self._put
         i = start
         end = min(n, start + length)
         while i < end:
             if dev and rng.random() < dev:
-                out.append(self._filler_token())
-                i += 1  # a sampled token replaced the source one
+                put(self._filler_token())
+                i += 1  # a sampled token replaced the source one, and the copy ends
                 break
-            out.append(src[i])
+            if sub and rng.random() < sub:
+                put(self._filler_token())  # sampled in place of the source token
+            else:
+                put(src[i])
             i += 1
         self._cursor = i
         if self._p.sequential and self._p.skip_len:
@@ -244,9 +274,17 @@ class AnswerGenerator:
             self._cursor = min(n, self._cursor + skip)
 
     def _novel(self, length: int) -> None:
-        out = self._out
         for _ in range(length):
-            out.append(self._filler_token())
+            self._put(self._filler_token())
+
+    def _put(self, tok: str) -> None:
+        """Append ``tok`` so that the answer's text tokenizes back into the same tokens (what
+        a client or the advisor sees is the text): a word that would join the word before
+        it gets a space of its own."""
+        out = self._out
+        if out and _word_char(tok[:1]) and _word_char(out[-1][-1:]):
+            tok = " " + tok
+        out.append(tok)
 
     def _filler_token(self) -> str:
         rng = self._rng
@@ -254,7 +292,7 @@ class AnswerGenerator:
         if r < 0.08:
             return rng.choice(_PUNCT)
         if r < 0.10:
-            return "\n"
+            return "\n" + rng.choice(_FILLER)  # a new line starts with a word
         return " " + rng.choice(_FILLER)
 
 

@@ -188,9 +188,13 @@ class EngineRuntime:
 
 @dataclass(slots=True)
 class PairRuntime:
-    spec: EngineRuntime
+    spec: EngineRuntime | None  # None: the plain engine alone (advisor mode)
     base: EngineRuntime
     device: str = ""
+
+    @property
+    def engines(self) -> tuple[EngineRuntime, ...]:
+        return (self.base,) if self.spec is None else (self.spec, self.base)
 
 
 @dataclass
@@ -212,11 +216,11 @@ class ModelRuntime:
 
     def __post_init__(self) -> None:
         for p in self.pairs:
-            self.engines[p.spec.name] = p.spec
-            self.engines[p.base.name] = p.base
-        if self.pairs and isinstance(self.policy, PairBound):  # before any answer arrives
-            spec = self.pairs[0].spec.config
-            self.policy.bind(spec.method, spec.k)
+            for e in p.engines:
+                self.engines[e.name] = e
+        spec = self.pairs[0].spec if self.pairs else None
+        if spec is not None and isinstance(self.policy, PairBound):  # before any answer arrives
+            self.policy.bind(spec.config.method, spec.config.k)
 
     @property
     def name(self) -> str:
@@ -240,7 +244,11 @@ class ModelRuntime:
             )
 
         pairs = [
-            PairRuntime(make(p.spec, Route.SPEC, p.device), make(p.base, Route.BASE, p.device), p.device)
+            PairRuntime(
+                None if p.spec is None else make(p.spec, Route.SPEC, p.device),
+                make(p.base, Route.BASE, p.device),
+                p.device,
+            )
             for p in config.pairs
         ]
         return cls(config=config, pairs=pairs, policy=policy, stale_after_s=stale_after_s)
@@ -250,7 +258,7 @@ class ModelRuntime:
             model=self.config.name,
             pairs=tuple(
                 PairView(
-                    spec=p.spec.view(now, self.stale_after_s),
+                    spec=None if p.spec is None else p.spec.view(now, self.stale_after_s),
                     base=p.base.view(now, self.stale_after_s),
                     device=p.device,
                 )
@@ -270,7 +278,12 @@ class ModelRuntime:
             "pinned": self.pinned.value,
             "inflight": self.inflight,
             "pairs": [
-                {"device": p.device, "spec": p.spec.state(now), "base": p.base.state(now)} for p in self.pairs
+                {
+                    "device": p.device,
+                    "spec": None if p.spec is None else p.spec.state(now),
+                    "base": p.base.state(now),
+                }
+                for p in self.pairs
             ],
             "policy_state": policy_state,
         }

@@ -45,20 +45,22 @@ def _load(e: EngineView) -> float:
 
 def choose_pair(view: ModelView) -> PairView:
     """The least-loaded pair with at least one usable engine."""
-    usable = [p for p in view.pairs if p.spec.usable or p.base.usable]
+    usable = [p for p in view.pairs if any(e.usable for e in p.engines)]
     if not usable:
         raise NoEngineAvailable(view.model, "all engines down")
-    return min(usable, key=lambda p: _load(p.spec) + _load(p.base))
+    return min(usable, key=lambda p: sum(_load(e) for e in p.engines))
 
 
 def _decide(pair: PairView, route: Route, reason: Reason, *, movable: bool) -> Decision:
-    chosen, sibling = (pair.spec, pair.base) if route is Route.SPEC else (pair.base, pair.spec)
-    fallback = sibling.name if movable and sibling.usable else None
+    chosen, sibling = (pair.speculative, pair.base) if route is Route.SPEC else (pair.base, pair.spec)
+    fallback = sibling.name if movable and sibling is not None and sibling.usable else None
     return Decision(route=route, engine=chosen.name, reason=reason, fallback=fallback)
 
 
 def apply_hard_rules(features: RequestFeatures, view: ModelView) -> Preliminary:
     pair = choose_pair(view)
+    if pair.spec is None:  # the plain engine alone: nothing to choose
+        return Preliminary(_decide(pair, Route.BASE, Reason.NO_SPEC, movable=False), pair)
     spec_ok, base_ok = pair.spec.usable, pair.base.usable
     if features.refused_params:
         if not base_ok:

@@ -35,6 +35,7 @@ class Reason(StrEnum):
     PINNED = "pinned"  # POST /admin/route
     SPEC_DOWN = "spec_down"
     BASE_DOWN = "base_down"
+    NO_SPEC = "no_spec"  # the pair has no speculative engine (the plain engine alone)
     # the adaptive policy
     PRIOR = "prior"  # nothing measured yet: the model's prior decided
     PREDICTED_FASTER = "predicted_faster"
@@ -176,11 +177,23 @@ class EngineView:
 
 @dataclass(frozen=True, slots=True)
 class PairView:
-    """One speculative and one plain engine that share a device timeline."""
+    """One speculative and one plain engine that share a device timeline (``spec`` None: the
+    plain engine alone, where the hard rules route everything to it)."""
 
-    spec: EngineView
+    spec: EngineView | None
     base: EngineView
     device: str = ""
+
+    @property
+    def engines(self) -> tuple[EngineView, ...]:
+        return (self.base,) if self.spec is None else (self.spec, self.base)
+
+    @property
+    def speculative(self) -> EngineView:
+        """The spec engine of a pair that has one (what a policy sees past the hard rules)."""
+        if self.spec is None:
+            raise ValueError("this pair has no speculative engine")
+        return self.spec
 
 
 @dataclass(frozen=True, slots=True)

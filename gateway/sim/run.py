@@ -370,7 +370,7 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         policy = policies[replica]
         d = policy.decide(feats, ModelView(MODEL, (pair,)), t)
         if cfg.peers and d.reason not in HARD_RULE_REASONS:
-            loads = (engine_load(pair.spec), engine_load(pair.base))
+            loads = (engine_load(pair.speculative), engine_load(pair.base))
 
             def witness(r: int, at: float) -> None:
                 p = policies[r]

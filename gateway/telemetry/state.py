@@ -225,7 +225,7 @@ class RoutingStateCollector(Collector):
             fam.pinned.add_metric([m, clean(st.view.pinned.value)], 1.0)
             seen: set[str] = set()
             for pair in st.view.pairs:
-                for ev in (pair.spec, pair.base):
+                for ev in pair.engines:
                     if ev.name not in seen:
                         seen.add(ev.name)
                         self._engine(fam, m, ev)

@@ -125,4 +125,4 @@ def attach_models(telemetry: object, models: Mapping[str, ModelRuntimeLike]) -> 
     prime = getattr(telemetry, "prime_engines", None)
     if callable(prime):
         now = time.monotonic()
-        prime([e.name for m in models.values() for p in m.view(now).pairs for e in (p.spec, p.base)])
+        prime([e.name for m in models.values() for p in m.view(now).pairs for e in p.engines])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 class PromptLookupProposer:
@@ -108,12 +109,32 @@ def realised_lookup(
     sequence), which is then the last step's sampled token, so the answer's own last token
     can be accepted as a draft; otherwise (cut at ``max_tokens``) the last token is always
     sampled, as vLLM drafts at most the tokens left less one."""
-    proposer = PromptLookupProposer(prompt, k=k, n_min=n_min, n_max=n_max)
-    i = steps = drafts = draft_tokens = accepted = 0
+    return replay_answer(PromptLookupProposer(prompt, k=k, n_min=n_min, n_max=n_max), answer, stopped=stopped)
+
+
+class Proposer(Protocol):
+    def propose(self) -> list[Hashable]: ...
+    def extend(self, tokens: Sequence[Hashable]) -> None: ...
+
+
+def replay_answer(proposer: Proposer, answer: Sequence[Hashable], *, stopped: bool = False) -> LookupStats:
+    """Replay ``answer`` through ``proposer`` (which holds the prompt) with greedy
+    verification, as vLLM runs it: the prefill step samples the first token with no draft;
+    then each step drafts, the answer's matching prefix of the draft is accepted, and the
+    target's own token follows. An answer cut at ``max_tokens`` (not ``stopped``) had its
+    drafts cut to the tokens left less one, as vLLM cuts them; a stopped one did not know
+    its end (see :func:`realised_lookup`)."""
     n = len(answer)
+    if n == 0:
+        return LookupStats(0, 0, 0, 0, 0)
+    proposer.extend(answer[:1])  # the prefill step's token
+    i = steps = 1
+    drafts = draft_tokens = accepted = 0
     room = n if stopped else n - 1  # answer tokens a draft may cover
     while i < n:
         draft = proposer.propose()
+        if not stopped:
+            draft = draft[: max(0, room - i)]
         steps += 1
         ok = 0
         if draft:

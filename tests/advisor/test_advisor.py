@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -27,15 +28,15 @@ def chat(prompt: str, temperature: float) -> dict[str, object]:
 
 
 def test_a_copied_answer_replays_as_vllm_would_draft_it() -> None:
-    """By hand: steps 1-2 find no earlier 2-gram (the prompt ends "w12 end", then "end w1"),
-    step 3 matches "w1 w2" and has w3..w7 accepted (6 tokens out), step 4 drafts w9..end
-    and has w9..w11 accepted before the answer ends (4 out): 4 steps, 2 drafted, 10 drafted
-    tokens, 8 accepted."""
+    """By hand: step 1 is the prefill's (w1, no draft), step 2 finds no earlier "end w1",
+    step 3 matches "w1 w2" and has w3..w7 accepted (6 tokens out), step 4 would draft
+    w9..end but, the answer cut at max_tokens, drafts only the 3 tokens left less one,
+    w9..w11, all accepted (4 out): 4 steps, 2 drafted, 8 drafted tokens, 8 accepted."""
     r = replay(chat(COPY_PROMPT, 0.0), COPY_ANSWER, SETTINGS)
     assert r is not None and r.kind == "chat" and r.bucket == 0
     st = r.stats
-    assert (st.steps, st.drafts, st.draft_tokens, st.accepted, st.output_tokens) == (4, 2, 10, 8, 12)
-    assert st.acceptance_rate == pytest.approx(0.8)
+    assert (st.steps, st.drafts, st.draft_tokens, st.accepted, st.output_tokens) == (4, 2, 8, 8, 12)
+    assert st.acceptance_rate == pytest.approx(1.0)
     assert st.mean_acceptance_length == pytest.approx(5.0)
 
 
@@ -74,22 +75,22 @@ def test_classes_aggregate_and_the_prediction_follows_acceptance() -> None:
         adv.add(replay(chat(COPY_PROMPT, 0.0), COPY_ANSWER, SETTINGS))
         adv.add(replay(chat("hello there", 1.0), " zz yy xx", SETTINGS))
     adv.add(None)
-    assert adv.skipped == 1 and adv.total.requests == 6
-    copy, none = adv.classes[("chat", 0)], adv.classes[("chat", 3)]
+    assert adv.skipped == 1 and adv.ngram.total.requests == 6
+    copy, none = adv.ngram.classes[("chat", 0)], adv.ngram.classes[("chat", 3)]
     assert (copy.requests, copy.counts.steps, copy.counts.drafts, copy.counts.accepted) == (3, 12, 6, 24)
     assert copy.drafted_share == pytest.approx(0.5) and copy.tokens_per_step == pytest.approx(3.0)
     assert none.acceptance_rate is None and none.tokens_per_step == pytest.approx(1.0)
     # all: 36 + 9 answer tokens over 12 + 9 steps
-    assert adv.total.tokens_per_step == pytest.approx(45 / 21)
+    assert adv.ngram.total.tokens_per_step == pytest.approx(45 / 21)
     steps = get_step_model("h200-qwen3-8b", 512)
-    light, heavy = adv.predict(steps, [1, 256], copy)
+    light, heavy = adv.ngram.predict(steps, [1, 256], copy)
     assert light.speedup > 2.0  # three tokens a step for almost the price of one
     assert heavy.speedup < light.speedup  # verification grows dear with the batch
     # nothing drafted: a spec step costs at least a plain one, at every load
-    assert all(p.speedup <= 1.0 for p in adv.predict(steps, [1, 8, 64], none))
-    be = adv.break_even(steps, none)
+    assert all(p.speedup <= 1.0 for p in adv.ngram.predict(steps, [1, 8, 64], none))
+    be = adv.ngram.break_even(steps, none)
     assert be is not None and be.load == 1
-    be_copy = adv.break_even(steps, copy)
+    be_copy = adv.ngram.break_even(steps, copy)
     assert be_copy is None or be_copy.load > 64
 
 
@@ -113,11 +114,18 @@ def test_the_advise_command_writes_its_report(tmp_path: Path, monkeypatch: pytes
         "profile": "h200-qwen3-8b",
     }
     [copy] = [c for c in report["classes"] if c["temperature"] == "T ≤ 0.05"]
-    assert copy["requests"] == 4 and copy["acceptance_rate"] == pytest.approx(0.8)
+    assert copy["requests"] == 4 and copy["acceptance_rate"] == pytest.approx(1.0)
     assert [p["load"] for p in report["predictions"]] == [1.0, 64.0]
     md = (out / "advice.md").read_text(encoding="utf-8")
-    assert "| chat, T ≤ 0.05 | 4 | 50 % | 80 % | 5.00 | 3.00 |" in md
+    assert "| chat, T ≤ 0.05 | 4 | 50 % | 100 % | 5.00 | 3.00 |" in md
     assert "cannot be replayed without their weights" in md
+    # the suffix replay beside the n-gram one, and the plot of both by load
+    assert report["suffix"]["all"]["requests"] == 5 and report["suffix"]["settings"]["k"] == 24
+    svg = ElementTree.fromstring((out / "speedup.svg").read_text(encoding="utf-8"))
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 2 and all(len(line.get("points", "").split()) == 10 for line in lines)
+    assert cli.main(["advise", "--log", str(log), "--out", str(out), "--no-suffix"]) == 0
+    assert "suffix" not in json.loads((out / "advice.json").read_text(encoding="utf-8"))
     with pytest.raises(SystemExit, match="no usable record"):
         empty = tmp_path / "empty.jsonl"
         empty.write_text("{}\n", encoding="utf-8")

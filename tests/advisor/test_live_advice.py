@@ -74,8 +74,23 @@ async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
         if line.startswith("specgate_advice_")
     }
     assert samples['specgate_advice_answers{model="qwen3-8b"}'] == 4.0
-    key = 'specgate_advice_acceptance_rate{kind="edit",model="qwen3-8b",temperature="0-0.05"}'
+    key = (
+        'specgate_advice_acceptance_rate{kind="edit",model="qwen3-8b",proposer="ngram",temperature="0-0.05"}'
+    )
     assert samples[key] == pytest.approx(greedy["acceptance_rate"])
-    one = 'specgate_advice_predicted_speedup{load="1",model="qwen3-8b"}'
+    one = 'specgate_advice_predicted_speedup{load="1",model="qwen3-8b",proposer="ngram"}'
     assert samples[one] == pytest.approx(advice["predictions"][0]["speedup"])
-    assert 'specgate_advice_tokens_per_step{kind="edit",model="qwen3-8b",temperature="0.75+"}' in samples
+    tps = (
+        'specgate_advice_tokens_per_step{kind="edit",model="qwen3-8b",proposer="suffix",temperature="0.75+"}'
+    )
+    [hot] = [c for c in advice["suffix"]["classes"] if c["temperature"] == "T > 0.75"]
+    assert samples[tps] == pytest.approx(hot["tokens_per_step"])
+    # the suffix replay: every answer, drafting from the earlier ones too
+    assert (
+        advice["suffix"]["all"]["requests"] == 4
+        and advice["suffix"]["settings"]["max_cached_requests"] == 256
+    )
+    [sx] = [c for c in advice["suffix"]["classes"] if c["temperature"] == "T ≤ 0.05"]
+    assert sx["acceptance_rate"] > 0.3
+    suffix_one = 'specgate_advice_predicted_speedup{load="1",model="qwen3-8b",proposer="suffix"}'
+    assert samples[suffix_one] == pytest.approx(advice["suffix"]["predictions"][0]["speedup"])

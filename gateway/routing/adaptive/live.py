@@ -169,7 +169,7 @@ class LiveCorrections:
         the mean context of the sequences the engines decode."""
         dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
         self.last_update = now
-        spec, base = pair.spec, pair.base
+        spec, base = pair.speculative, pair.base
         for e in (spec, base):
             running, waiting = e.stats.running or 0.0, e.stats.waiting or 0.0
             if e.stale or running <= 0:

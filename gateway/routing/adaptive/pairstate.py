@@ -235,7 +235,7 @@ class PairState(RegimePricing):
         if moving or self._routing is None or self._routing is target:
             self._routing = target
             return False
-        old = pair.spec if self._routing is Route.SPEC else pair.base
+        old = pair.speculative if self._routing is Route.SPEC else pair.base
         about_to_idle = 0 < old.inflight <= _HANDOVER_MAX
         if not about_to_idle or now - self.mode.last_flip >= self._duration_s or not old.usable:
             self._routing = target

@@ -80,12 +80,15 @@ class AdaptivePolicy(PairState):
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
         pre = apply_hard_rules(features, view)
-        self.bind(pre.pair.spec.method, pre.pair.spec.k)  # as configured, on every request
-        if pre.decision is not None:
-            self.shared.record(now, pre.pair.spec, pre.pair.base, pre.decision.route)
-            return self._record(features, pre.decision, now, None)
         pair = pre.pair
         spec, base = pair.spec, pair.base
+        if spec is None or pre.decision is not None:
+            if spec is not None:
+                self.bind(spec.method, spec.k)  # as configured, on every request
+                self.shared.record(now, spec, base, pre.decision.route if pre.decision else Route.BASE)
+            assert pre.decision is not None  # the hard rules decide for a pair without spec
+            return self._record(features, pre.decision, now, None)
+        self.bind(spec.method, spec.k)  # as configured, on every request
         if self.prober.last_probe == -math.inf:
             self.prober.last_probe = now
         # A change point needs the traffic: a replica on a shared pair sees a share of it,

@@ -15,7 +15,9 @@ class BusClosed(Exception):
 
 
 class PeerBus(Protocol):
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Join the channel: once it returns, every message published after is received."""
+        ...
 
     async def close(self) -> None: ...
 

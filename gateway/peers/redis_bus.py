@@ -4,6 +4,11 @@ leader's lease. Any Redis 5+ (or Valkey) will do; nothing is stored but the leas
 The client library is imported here only, so a gateway without ``peers.url`` needs none.
 A lost connection is retried with a growing pause (0.5 s to 5 s); meanwhile ``receive``
 waits and ``publish``/``lead`` fail, and each replica decides alone as without a channel.
+
+A subscription counts once Redis has confirmed it: ``SUBSCRIBE`` only sends the command,
+and what is published before Redis has processed it never reaches this replica. So
+``start`` returns once subscribed (a replica started hears every message published after),
+and a subscription made again after a lost connection is confirmed the same way.
 """
 
 from __future__ import annotations
@@ -49,15 +54,40 @@ class RedisBus:
         self._resign: Any = self._client.register_script(_RESIGN)
 
     async def start(self) -> None:
-        return None  # subscribed on the first receive (and again after a lost connection)
+        """Subscribe, and return once Redis has confirmed it (bounded by the timeout; if it
+        fails, ``receive`` subscribes again)."""
+        if self._pubsub is None:
+            self._pubsub = await self._subscribe()
+
+    async def _subscribe(self) -> Any:
+        """A pub/sub connection subscribed to the channel, confirmed by Redis."""
+        ps = self._client.pubsub()
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await ps.subscribe(self.channel)
+                # Redis answers SUBSCRIBE before any message of the channel on this connection
+                while True:
+                    msg = await ps.get_message(timeout=self._timeout_s)
+                    if msg is not None and msg.get("type") == "subscribe":
+                        break
+        except BaseException:
+            await self._discard(ps)
+            raise
+        return ps
+
+    async def _discard(self, ps: Any) -> None:
+        """Close a pub/sub connection (a broken one included), bounded."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await ps.aclose()
+        except Exception:  # closing a broken connection
+            pass
 
     async def close(self) -> None:
         self._closed = True
-        if self._pubsub is not None:
-            try:
-                await self._pubsub.aclose()
-            except Exception:  # closing a broken connection
-                pass
+        ps, self._pubsub = self._pubsub, None
+        if ps is not None:
+            await self._discard(ps)
         await self._client.aclose()
 
     async def publish(self, data: bytes) -> None:
@@ -67,9 +97,7 @@ class RedisBus:
         while not self._closed:
             try:
                 if self._pubsub is None:
-                    ps = self._client.pubsub(ignore_subscribe_messages=True)
-                    await ps.subscribe(self.channel)
-                    self._pubsub = ps
+                    self._pubsub = await self._subscribe()
                     if self._pause > _BACKOFF_S[0]:
                         log.warning("peer channel: subscribed again to %s", self.channel)
                     self._pause = _BACKOFF_S[0]
@@ -80,7 +108,9 @@ class RedisBus:
                 if self._closed:
                     break
                 log.warning("peer channel: %s (retrying in %.1f s)", type(exc).__name__, self._pause)
-                self._pubsub = None
+                ps, self._pubsub = self._pubsub, None
+                if ps is not None:
+                    await self._discard(ps)  # its connection back, not left open
                 await asyncio.sleep(self._pause)
                 self._pause = min(_BACKOFF_S[1], 2.0 * self._pause)
                 continue

@@ -3,6 +3,12 @@
 Everything here runs on the event loop and never waits on the channel in a request's
 path: the hooks queue messages (bounded; the oldest dropped when Redis is slow) and a
 sender task publishes them; a receiver task applies the others' messages.
+
+Each call on the bus is bounded by an ``asyncio.timeout`` block, not ``asyncio.wait_for``:
+on Python 3.11, ``wait_for`` returns the result of a call that answers in the step in
+which its task is cancelled and drops the cancel (CPython gh-86296); a sender or leader
+task cancelled by :meth:`PeerService.stop` as Redis answered then went on running, and
+``stop`` waited for it forever.
 """
 
 from __future__ import annotations
@@ -88,10 +94,16 @@ class PeerService:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Join the channel; the first lease attempt is made here (bounded by the channel's
-        timeout), so a replica knows whether it leads once started, and of two replicas
-        started one after the other the first leads."""
-        await self.bus.start()
+        """Join the channel, then make the first lease attempt (each bounded by the
+        channel's timeout): once started, a replica hears every message published after
+        (if Redis confirmed its subscription in time; else the receiver subscribes in the
+        background) and knows whether it leads, and of two replicas started one after the
+        other the first leads, if its attempt was answered in time."""
+        try:
+            async with asyncio.timeout(self.cfg.timeout_s):
+                await self.bus.start()
+        except Exception as exc:  # the gateway starts without the channel; receive retries
+            log.warning("peer channel: joining %s failed (%s)", self.cfg.channel, type(exc).__name__)
         await self.tick()
         self._tasks = [
             asyncio.create_task(self._send_loop(), name="peers-send"),
@@ -101,20 +113,29 @@ class PeerService:
         log.info("peer channel: replica %s on %s", self.replica, self.cfg.channel)
 
     async def stop(self) -> None:
-        """Say goodbye (the others drop this replica's counts at once), give the lease up."""
+        """Say goodbye (the others drop this replica's counts at once), give the lease up,
+        end the tasks and close the bus: every step bounded by the channel's timeout."""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.bus.publish(encode(Bye(r=self.replica))), self.cfg.timeout_s)
+            async with asyncio.timeout(self.cfg.timeout_s):
+                await self.bus.publish(encode(Bye(r=self.replica)))
         if self.leader:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.bus.resign(self.replica), self.cfg.timeout_s)
-        for t in self._tasks:
+                async with asyncio.timeout(self.cfg.timeout_s):
+                    await self.bus.resign(self.replica)
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        if tasks:
+            done, stuck = await asyncio.wait(tasks, timeout=self.cfg.timeout_s)
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    log.error("peer channel: task %s had failed", t.get_name(), exc_info=t.exception())
+            if stuck:  # a bus that swallows cancellation: left behind, not waited for forever
+                names = ", ".join(sorted(t.get_name() for t in stuck))
+                log.error("peer channel: task(s) %s did not end when cancelled", names)
         with contextlib.suppress(Exception):
-            await self.bus.close()
+            async with asyncio.timeout(self.cfg.timeout_s):
+                await self.bus.close()
 
     # -- this replica's events (hooks; never block, never raise) ------------------------------
     def _send(self, msg: Counts | Witness | Learned | Regime | Bye) -> None:
@@ -218,7 +239,8 @@ class PeerService:
             while self._out:
                 data = self._out.popleft()
                 try:
-                    await asyncio.wait_for(self.bus.publish(data), self.cfg.timeout_s)
+                    async with asyncio.timeout(self.cfg.timeout_s):
+                        await self.bus.publish(data)
                     self.stats["sent"] += 1
                 except asyncio.CancelledError:
                     raise
@@ -248,7 +270,8 @@ class PeerService:
         """Renew (or take) the lease, publish the regimes while leading, send this
         replica's counts as a heartbeat, forget silent peers."""
         try:
-            leader = await asyncio.wait_for(self.bus.lead(self.replica, self.cfg.lease_s), self.cfg.timeout_s)
+            async with asyncio.timeout(self.cfg.timeout_s):
+                leader = await self.bus.lead(self.replica, self.cfg.lease_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -12,7 +12,7 @@ import pytest
 from gateway.config import load_config
 from gateway.config.models import PeersConfig
 from gateway.engines.runtime import ModelRuntime
-from gateway.peers.bus import MemoryHub
+from gateway.peers.bus import BusClosed, MemoryBus, MemoryHub
 from gateway.peers.service import PeerService
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.config import RoutingConfig
@@ -59,7 +59,7 @@ def make(hub: MemoryHub, name: str, clock: Clock, **routing: object) -> Replica:
 
 async def settle(hub: MemoryHub, *replicas: Replica) -> None:
     """Until every message published so far has been sent and applied: the queues stay
-    empty for a few loop iterations in a row (a publish passes through ``wait_for``)."""
+    empty for a few loop iterations in a row (a message passes through two tasks)."""
     quiet = 0
     for _ in range(2000):
         await asyncio.sleep(0)  # let the send and receive tasks run
@@ -203,3 +203,121 @@ async def test_made_up_replicas_cannot_grow_the_peer_table_without_bound(
         b.service.apply(f'{{"t": "counts", "r": "fake-{i}", "engines": {{"spec0": 1}}}}'.encode())
     assert len(b.service.peer_names()) == _MAX_PEERS
     assert b.service.stats["dropped_too_many_peers"] >= 50
+
+
+class CancelledAsItAnswers(MemoryBus):
+    """A bus on which a task is cancelled in the very step in which its call (``publish``
+    or ``lead``) answers: where :meth:`PeerService.stop`'s cancel lands when Redis answers
+    just then, which a loaded machine makes likely."""
+
+    def __init__(self, hub: MemoryHub) -> None:
+        super().__init__(hub)
+        hub.buses.append(self)
+        self.armed: tuple[asyncio.Task[object], str] | None = None
+        self.landed = asyncio.Event()
+
+    def _answering(self, call: str) -> None:
+        if self.armed is not None and self.armed[1] == call:
+            task, _ = self.armed
+            self.armed = None
+            task.cancel()
+            self.landed.set()
+
+    async def publish(self, data: bytes) -> None:
+        await super().publish(data)
+        self._answering("publish")
+
+    async def lead(self, me: str, ttl_s: float) -> bool:
+        leads = await super().lead(me, ttl_s)
+        self._answering("lead")
+        return leads
+
+
+def alone(bus: MemoryBus, **peers: object) -> PeerService:
+    cfg = load_config(None, env={})
+    model = ModelRuntime.from_config(cfg.models[0], AdaptivePolicy(RoutingConfig(policy="adaptive")))
+    return PeerService(PeersConfig(replica_id="a", **peers), bus, {MODEL: model})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "call"), [("peers-send", "publish"), ("peers-lead", "lead")])
+async def test_a_task_cancelled_as_its_call_on_the_bus_answers_ends(name: str, call: str) -> None:
+    """stop() cancels the sender and the leader wherever they are; one whose publish or
+    lease call answers in that very step ends all the same. (Bounded by
+    ``asyncio.wait_for`` on Python 3.11, the call's result was returned and the cancel
+    dropped: the task went on, and stop() waited for it forever.)"""
+    hub = MemoryHub()
+    bus = CancelledAsItAnswers(hub)
+    svc = alone(bus, lease_s=0.5)  # the leader renews every 1/6 s
+    await svc.start()
+    try:
+        task = next(t for t in svc._tasks if t.get_name() == name)
+        bus.armed = (task, call)
+        svc._send_counts()  # the sender publishes at once
+        async with asyncio.timeout(5):
+            await bus.landed.wait()
+        await asyncio.wait([task], timeout=5)
+        assert task.done(), f"{name} went on after its cancel: stop() would wait for it forever"
+        assert task.cancelled()
+    finally:
+        async with asyncio.timeout(5):
+            await svc.stop()
+
+
+class IgnoresCancel(MemoryBus):
+    """A bus whose ``receive`` swallows cancellation until released."""
+
+    def __init__(self, hub: MemoryHub) -> None:
+        super().__init__(hub)
+        hub.buses.append(self)
+        self.receiving = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def receive(self) -> bytes:
+        self.receiving.set()
+        while not self.released.is_set():
+            try:
+                await self.released.wait()
+            except asyncio.CancelledError:
+                pass
+        raise BusClosed
+
+
+async def test_stop_does_not_wait_forever_for_a_task_that_ignores_its_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = IgnoresCancel(MemoryHub())
+    svc = alone(bus, timeout_s=0.1)
+    await svc.start()
+    receiver = next(t for t in svc._tasks if t.get_name() == "peers-receive")
+    async with asyncio.timeout(5):
+        await bus.receiving.wait()
+    stopping = asyncio.ensure_future(svc.stop())  # awaited directly, a stuck stop() hangs the test
+    try:
+        await asyncio.wait([stopping], timeout=5)
+        assert stopping.done(), "stop() waits for a task that ignores its cancel"
+        assert not receiver.done() and "peers-receive did not end when cancelled" in caplog.text
+    finally:
+        bus.released.set()
+        async with asyncio.timeout(5):
+            await asyncio.gather(receiver, stopping)
+
+
+class Unreachable(MemoryBus):
+    def __init__(self, hub: MemoryHub) -> None:
+        super().__init__(hub)
+        hub.buses.append(self)
+
+    async def start(self) -> None:
+        raise ConnectionRefusedError
+
+
+async def test_a_replica_starts_without_the_channel(caplog: pytest.LogCaptureFixture) -> None:
+    """Joining the channel fails: the replica starts all the same (the receiver joins in
+    the background), and says so."""
+    svc = alone(Unreachable(MemoryHub()))
+    await svc.start()
+    try:
+        assert len(svc._tasks) == 3 and not any(t.done() for t in svc._tasks)
+        assert "joining specgate failed (ConnectionRefusedError)" in caplog.text
+    finally:
+        await svc.stop()

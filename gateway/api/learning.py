@@ -190,20 +190,24 @@ async def learn_with_lookup(
     advice: Advice | None = None,
 ) -> None:
     """Replay the answer against the prompt as the serving pair's n-gram proposer would (in
-    a thread when large), and as the advisor's where that differs; add it to the model's
-    ``advice`` (:mod:`gateway.advisor`), then observe."""
+    a thread when large) and observe; then add it to the model's ``advice``
+    (:mod:`gateway.advisor`), which replays it as the advisor's proposers would where that
+    differs (after the policy learned: the advice must not delay routing's learning)."""
     lookup: tuple[float, float] | None = None
+    got: tuple[LookupStats, int] | None = None
+    settings: LookupSettings | None = None
     try:
-        completion = result.harvest.completion_text
         settings = lookup_settings(model, result.engine)
-        got = await _replay(prompt_text, completion, settings)
+        got = await _replay(prompt_text, result.harvest.completion_text, settings)
         if got is not None:
             lookup = lookup_rates(got[0], settings.k)
-        if advice is not None:
-            ngram = got if advice.settings == settings else None
-            await _advise(
-                advice, features, result, prompt_text, ngram, in_flight=float(max(1, model.inflight))
-            )
     except Exception:
         log.exception("realised lookup failed (request unaffected)")
     observe(model, features, decision, result, started=started, lookup=lookup)
+    if advice is None:
+        return
+    try:
+        ngram = got if advice.settings == settings else None
+        await _advise(advice, features, result, prompt_text, ngram, in_flight=float(max(1, model.inflight)))
+    except Exception:
+        log.exception("advice from an answer failed (request unaffected)")

@@ -190,3 +190,7 @@ def test_plain_is_explored_only_while_the_pair_is_light() -> None:
     kw = {"speculating": True, "queued": False, "scale_spec": 1.3}
     assert not Explorer().plain(s, 10.0, load=PLAIN_MAX_LOAD + 1.0, **kw)  # type: ignore[arg-type]
     assert Explorer().plain(s, 10.0, load=PLAIN_MAX_LOAD, **kw)  # type: ignore[arg-type]
+    # 15 % cheaper than the profile is reason enough (taken as the device's, it would price
+    # plain 15 % too cheap); within the fits' noise it is not
+    assert Explorer().plain(s, 10.0, load=4.0, **(kw | {"scale_spec": 0.85}))  # type: ignore[arg-type]
+    assert not Explorer().plain(s, 10.0, load=4.0, **(kw | {"scale_spec": 1.03}))  # type: ignore[arg-type]

@@ -10,13 +10,11 @@ both ran at neighbouring loads. Two extrapolations can hold a pair on the wrong 
 for good, and each has its exploration:
 
 * **plain, assumed from spec** (:meth:`Explorer.plain`): the spec engine's fit settled
-  off the profile (beyond the fits' noise) and plain was never measured. The offset is
-  taken as the device's, which keeps a pair on a slower GPU from flipping on an error common to both
+  far off the profile and plain was never measured. The offset is taken as the
+  device's, which keeps a pair on a slower GPU from flipping on an error common to both
   engines, but would also keep a spec engine slow for reasons of its own (a dear
   drafter) from ever being compared with plain. So the pair runs plain until plain is
-  measured, once per assumption, never while spec queues (a flip would move a queue) and
-  only while the pair is light (``PLAIN_MAX_LOAD``: a real H100 explored it at 48 in
-  flight, which moved the batch to plain and back within 9 s, round 15).
+  measured, once per assumption, never while spec queues (a flip would move a queue).
 * **spec, at a load it never ran at** (:meth:`Explorer.spec`): the pair sits on plain at
   a load where plain was measured and spec was not (a day's peak reached in fallback).
   Spec's price there is the profile's shape scaled by what was measured elsewhere, and
@@ -47,10 +45,8 @@ from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, load_bin
 from gateway.routing.adaptive.stepscale import StepScales
 
 PLAIN_AFTER_FITS = 3  # spec's own fit has settled (this many fits)...
-PLAIN_OFF = 0.05  # ...off the profile beyond the fits' noise (simulated: 15 % off, left alone, cost
-# an EAGLE-3 day 3 %: taken as the device's, it priced plain 15 % too cheap at the peak)
+PLAIN_OFF = 0.20  # ...this far off the profile (another GPU: 1.2-2 x; the profile's own error: ~10 %)
 PLAIN_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
-PLAIN_MAX_LOAD = 16.0  # plain is explored only while the pair holds this many in flight at most
 RETRY_S = 300.0
 SPEC_MAX_S = 15.0  # a fit needs the engine alone for a scrape window (10 s) after the drain
 EXTRAPOLATION = 2.0  # spec's cheapness at the peak ÷ at the loads it ran (see Explorer.spec)
@@ -69,18 +65,9 @@ class Explorer:
     spec_tried: dict[int, float] = field(default_factory=dict)
 
     def plain(
-        self,
-        scales: StepScales,
-        now: float,
-        *,
-        speculating: bool,
-        queued: bool,
-        scale_spec: float,
-        load: float = 1.0,
+        self, scales: StepScales, now: float, *, speculating: bool, queued: bool, scale_spec: float
     ) -> bool:
-        """Whether the plain engine is being explored now (the pair then runs plain): only
-        where the pair is light (``load``: requests in flight), where moving its streams
-        costs little."""
+        """Whether the plain engine is being explored now (the pair then runs plain)."""
         if now < self.plain_until:
             if scales.assumed(spec=False):
                 return True
@@ -89,7 +76,6 @@ class Explorer:
         if (
             speculating
             and not queued
-            and load <= PLAIN_MAX_LOAD
             and scales.assumed(spec=False)
             and scales.fits[True] >= PLAIN_AFTER_FITS
             and abs(math.log(scale_spec)) > math.log1p(PLAIN_OFF)

@@ -140,12 +140,7 @@ class AdaptivePolicy(PairState):
         if not quiet and not shared and not following:
             explorer, scales = self.explorer, self.live.scales
             if explorer.plain(
-                scales,
-                now,
-                speculating=speculating,
-                queued=queued,
-                scale_spec=self.live.scale_spec,
-                load=load,
+                scales, now, speculating=speculating, queued=queued, scale_spec=self.live.scale_spec
             ):
                 explored = False
             elif explorer.spec(

@@ -4,7 +4,7 @@ pair's load is only assumed is run there once, bounded in time and rate."""
 from __future__ import annotations
 
 from gateway.routing.adaptive import AdaptivePolicy
-from gateway.routing.adaptive.explore import PLAIN_AFTER_FITS, PLAIN_MAX_LOAD, RETRY_S, SPEC_MAX_S, Explorer
+from gateway.routing.adaptive.explore import RETRY_S, SPEC_MAX_S, Explorer
 from gateway.routing.adaptive.stepscale import StepScales
 from gateway.routing.config import RoutingConfig
 from gateway.routing.types import Decision, Reason, RequestFeatures, Route
@@ -178,19 +178,3 @@ def test_traffic_that_could_not_pay_for_speculation_never_explores_spec() -> Non
     p, t = _pair_in_fallback_at_peak((CHAT_HOT,))
     decisions = _closed_loop(p, (CHAT_HOT,), {Route.SPEC: 0.7, Route.BASE: 1.0}, 64.0, t, 60)
     assert not any(d.route is Route.SPEC for d in decisions)
-
-
-def test_plain_is_explored_only_while_the_pair_is_light() -> None:
-    """Spec's fit settled 30 % off the profile and plain never measured: plain is run to be
-    measured, but only where moving the pair's streams costs little (a real H100 explored
-    it at 48 in flight and moved the batch twice, round 15)."""
-    s = StepScales()
-    for i in range(PLAIN_AFTER_FITS):
-        s.observe(True, 8.0, 1.3, float(i))
-    kw = {"speculating": True, "queued": False, "scale_spec": 1.3}
-    assert not Explorer().plain(s, 10.0, load=PLAIN_MAX_LOAD + 1.0, **kw)  # type: ignore[arg-type]
-    assert Explorer().plain(s, 10.0, load=PLAIN_MAX_LOAD, **kw)  # type: ignore[arg-type]
-    # 15 % cheaper than the profile is reason enough (taken as the device's, it would price
-    # plain 15 % too cheap); within the fits' noise it is not
-    assert Explorer().plain(s, 10.0, load=4.0, **(kw | {"scale_spec": 0.85}))  # type: ignore[arg-type]
-    assert not Explorer().plain(s, 10.0, load=4.0, **(kw | {"scale_spec": 1.03}))  # type: ignore[arg-type]

@@ -338,6 +338,8 @@ class Engine:
             overhead_ms=self.step_overhead_ms,
             spec_cost_scale=cfg.spec_cost_scale,
             device_scale=cfg.device_scale,
+            spec_cost_slope=cfg.spec_cost_slope,
+            device_scale_slope=cfg.device_scale_slope,
         )
         self._plan = plan
         return plan

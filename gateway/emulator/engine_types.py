@@ -21,6 +21,7 @@ from gateway.text.lookup import Proposer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SPEC_COST_SCALE_MAX = 10.0  # the largest spec_cost_scale an engine takes
+SLOPE_MAX = 1.0  # the steepest spec_cost_slope / device_scale_slope an engine takes
 
 
 def check_spec_cost_scale(value: float, name: str = "spec_cost_scale") -> None:
@@ -49,10 +50,21 @@ class EngineConfig:
     #: The device's step times as a multiple of the profile's, for both kinds of engine
     #: alike: another GPU than the profile was measured on (an H100 against the H200 profile).
     device_scale: float = 1.0
+    #: How those two change with the batch: each is multiplied by (batch ÷ 8) ** slope,
+    #: so 0 keeps it flat. A real H100 against the H200 profile read plain 1.0 x at 10 in
+    #: flight and 1.3-1.5 x at 64 (a device slope near 0.18), and EAGLE-3's step 1.4 x at 10
+    #: but 1.24 x at 64 (what speculation adds grows cheaper with the batch: a negative
+    #: spec slope); see results/gpu/round16.
+    spec_cost_slope: float = 0.0
+    device_scale_slope: float = 0.0
 
     def __post_init__(self) -> None:
         check_spec_cost_scale(self.spec_cost_scale)
         check_spec_cost_scale(self.device_scale, "device_scale")
+        for name in ("spec_cost_slope", "device_scale_slope"):
+            v = getattr(self, name)
+            if not -SLOPE_MAX <= v <= SLOPE_MAX:  # NaN fails too
+                raise ValueError(f"{name} must be within ±{SLOPE_MAX}, got {v!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from gateway.emulator.engine_types import StepEntry, StepPlan
 from gateway.emulator.spec import SpecConfig, k0_overhead
 from gateway.physics import StepTimeProfile
 
+SLOPE_REF_BATCH = 8.0  # the batch where a sloped scale equals its value
+
 
 def price_step(
     entries: Sequence[StepEntry],
@@ -29,6 +31,8 @@ def price_step(
     overhead_ms: float,
     spec_cost_scale: float = 1.0,
     device_scale: float = 1.0,
+    spec_cost_slope: float = 0.0,
+    device_scale_slope: float = 0.0,
 ) -> StepPlan:
     """The plan of a step serving ``entries`` (not empty): ``n_dec`` decoding requests
     verifying ``dec_tokens`` tokens in all (drafts included) over ``ctx_sum`` tokens of
@@ -39,13 +43,17 @@ def price_step(
     one token per sequence, and drafting): the part of the physics a profile measured on
     one drafter and one vLLM version predicts least well. 1 = the profile; the simulator
     sets it to run engines whose truth differs from the router's prior. ``device_scale``
-    scales the whole step (another GPU than the profile's), drafting included."""
+    scales the whole step (another GPU than the profile's), drafting included. Each is
+    multiplied by (batch ÷ :data:`SLOPE_REF_BATCH`) ** its slope (0: flat)."""
     prefill_tokens = sum(e.prefill for e in entries)
     n_prefill = sum(1 for e in entries if e.prefill)
     batch = n_dec + n_prefill
     q = (dec_tokens + n_prefill) / batch
     ctx = ctx_sum / n_dec if n_dec else float(max(1, prefill_tokens // max(1, n_prefill)))
     prof = profile
+    rel = max(1, batch) / SLOPE_REF_BATCH
+    spec_cost_scale *= rel**spec_cost_slope
+    device_scale *= rel**device_scale_slope
     step_ms = prof.step_ms(batch, q, ctx) + prof.prefill_ms(prefill_tokens)
     draft_ms = 0.0
     if spec is not None and k_now == 0:

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from gateway.emulator.engine_types import check_spec_cost_scale
+from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
@@ -93,6 +93,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the simulated device's truth: both engines' step times as a multiple of the profile the "
         "router assumes (e.g. 1.5: a slower GPU than the profile's), to check that an error common to "
         "both engines does not count against the one that runs",
+    )
+    parser.add_argument(
+        "--spec-cost-slope",
+        type=float,
+        default=0.0,
+        help="how --spec-cost-scale changes with the batch: times (batch / 8) ** this; e.g. -0.8 for "
+        "a drafter whose excess over the profile shrinks at large batches (a real H100, round 16)",
+    )
+    parser.add_argument(
+        "--device-scale-slope",
+        type=float,
+        default=0.0,
+        help="how --device-scale changes with the batch: times (batch / 8) ** this; e.g. 0.18 for a "
+        "device that falls behind the profile as the batch grows (a real H100, round 16)",
     )
     parser.add_argument(
         "--spec-overhead-ms",
@@ -195,6 +209,8 @@ def _sim_config(
         prompt_lookup_max=args.prompt_lookup_max,
         spec_cost_scale=args.spec_cost_scale,
         device_scale=args.device_scale,
+        spec_cost_slope=args.spec_cost_slope,
+        device_scale_slope=args.device_scale_slope,
         spec_extra=json.loads(args.spec_config),
         spec_overhead_ms=args.spec_overhead_ms,
         max_num_seqs=args.max_num_seqs,
@@ -225,6 +241,12 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--spec-overhead-ms must be within 0..1000")
         check_spec_cost_scale(args.spec_cost_scale, "--spec-cost-scale")
         check_spec_cost_scale(args.device_scale, "--device-scale")
+        for flag, v in (
+            ("--spec-cost-slope", args.spec_cost_slope),
+            ("--device-scale-slope", args.device_scale_slope),
+        ):
+            if not -SLOPE_MAX <= v <= SLOPE_MAX:
+                raise ValueError(f"{flag} must be within ±{SLOPE_MAX:g}")
         if args.dynamic_sd_max_batch < 1:
             raise ValueError("--dynamic-sd-max-batch must be >= 1")
         if args.replicas is not None and not 1 <= args.replicas <= 64:

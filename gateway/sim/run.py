@@ -51,8 +51,10 @@ class SimConfig:
     # The spec engine's truth against the router's profile: what speculation adds to a step
     # (verification beyond one token, drafting) × this. 1 = the router's prior is right.
     spec_cost_scale: float = 1.0
+    spec_cost_slope: float = 0.0  # ...times (batch ÷ 8) ** this (EngineConfig.spec_cost_slope)
     # Both engines' truth against the router's profile: every step x this (another GPU).
     device_scale: float = 1.0
+    device_scale_slope: float = 0.0  # ...times (batch ÷ 8) ** this
     spec_overhead_ms: float = 0.0  # ...and host time every spec step adds beyond the profile's
     # More of the speculative config (vLLM's --speculative-config keys), e.g. synthetic
     # acceptance rates; merged over method and k.
@@ -213,9 +215,13 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         seed=cfg.seed,
         max_num_seqs=cfg.max_num_seqs,
         device_scale=cfg.device_scale,
+        device_scale_slope=cfg.device_scale_slope,
     )
     spec_eng = device.attach(
-        Engine(config(spec=spec_cfg, spec_cost_scale=cfg.spec_cost_scale), observer=obs_s)
+        Engine(
+            config(spec=spec_cfg, spec_cost_scale=cfg.spec_cost_scale, spec_cost_slope=cfg.spec_cost_slope),
+            observer=obs_s,
+        )
     )
     spec_eng.step_overhead_ms = cfg.spec_overhead_ms
     base_eng = Engine(config(spec=None), observer=obs_b)

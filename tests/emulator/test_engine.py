@@ -83,6 +83,35 @@ def test_spec_cost_scale_scales_what_speculation_adds_and_nothing_else() -> None
     assert half - none == pytest.approx((full - none) / 2)
 
 
+def test_sloped_scales_change_with_the_batch_and_equal_the_scale_at_eight() -> None:
+    """A device that falls behind its profile as the batch grows, and a drafter whose excess
+    shrinks with it (a real H100, round 16): each scale is times (batch ÷ 8) ** slope."""
+    prof = get_profile("h200-qwen3-8b")
+    eng = Engine(EngineConfig("m"))
+    ngram = parse_spec_config(NGRAM5)
+
+    def step_ms(batch: int, spec: bool, **kw: float) -> float:
+        entries = [StepEntry(eng.make_request("hello", max_tokens=8, seed=i)) for i in range(batch)]
+        plan = price_step(
+            entries, profile=prof, spec=ngram if spec else None, k_now=5, n_dec=batch,
+            dec_tokens=batch * (6 if spec else 1), ctx_sum=batch * 1024, drafted_k=5 if spec else 0,
+            overhead_ms=0.0, **kw,
+        )  # fmt: skip
+        return plan.duration_s * 1e3
+
+    for spec in (False, True):  # at a batch of 8 a slope changes nothing
+        assert step_ms(8, spec, device_scale=1.2, device_scale_slope=0.5) == pytest.approx(
+            step_ms(8, spec, device_scale=1.2)
+        )
+    assert step_ms(32, False, device_scale_slope=0.5) == pytest.approx(2.0 * step_ms(32, False))
+    assert step_ms(32, False, spec_cost_slope=-0.5) == step_ms(32, False)  # plain: no spec cost
+    base32, full32 = step_ms(32, False), step_ms(32, True)
+    # (32 / 8) ** -0.5 = 0.5: what speculation adds costs half at 32
+    assert step_ms(32, True, spec_cost_slope=-0.5) - base32 == pytest.approx((full32 - base32) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="spec_cost_slope"):
+        EngineConfig("m", spec_cost_slope=1.5)
+
+
 def test_long_prompts_are_prefilled_in_chunks() -> None:
     dev = Device()
     eng = dev.attach(Engine(EngineConfig("m", max_num_batched_tokens=512, max_model_len=8192)))

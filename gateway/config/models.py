@@ -216,7 +216,7 @@ class AdviceConfig(_Strict):
     prompt_lookup_min: int = Field(2, ge=1, le=64)
     prompt_lookup_max: int = Field(5, ge=1, le=64)
     suffix_cached_answers: int = Field(
-        256,
+        128,
         ge=0,
         le=10_000,
         description="earlier answers the suffix-decoding replay drafts from (0: no suffix replay)",

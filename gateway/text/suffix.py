@@ -47,31 +47,37 @@ class SuffixSettings:
 
 
 class _Index:
-    """Positions of every token and token pair of some sequences, by what they end with."""
+    """Positions of every token and token pair of some sequences, by what they end with.
+
+    Each ending keeps a plain list, oldest first, cut back to the newest
+    :data:`MAX_CANDIDATES` once it holds twice that (a list of one site costs a tenth of a
+    bounded deque, and most pairs occur once)."""
 
     __slots__ = ("one", "two")
 
     def __init__(self) -> None:
-        self.one: dict[Token, deque[Site]] = {}
-        self.two: dict[tuple[Token, Token], deque[Site]] = {}
+        self.one: dict[Token, list[Site]] = {}
+        self.two: dict[tuple[Token, Token], list[Site]] = {}
 
     def add(self, seq: Sequence[Token], end: int) -> None:
         """Index the occurrence ending at ``end`` (exclusive) of ``seq``: ``seq[end]`` follows it."""
-        one = self.one.get(seq[end - 1])
-        if one is None:
-            one = self.one[seq[end - 1]] = deque(maxlen=MAX_CANDIDATES)
-        one.appendleft((seq, end))
+        _push(self.one.setdefault(seq[end - 1], []), (seq, end))
         if end >= 2:
-            key = (seq[end - 2], seq[end - 1])
-            two = self.two.get(key)
-            if two is None:
-                two = self.two[key] = deque(maxlen=MAX_CANDIDATES)
-            two.appendleft((seq, end))
+            _push(self.two.setdefault((seq[end - 2], seq[end - 1]), []), (seq, end))
 
-    def sites(self, tail: Sequence[Token]) -> deque[Site] | None:
-        if len(tail) >= 2 and (two := self.two.get((tail[-2], tail[-1]))):
-            return two
-        return self.one.get(tail[-1]) if tail else None
+    def sites(self, tail: Sequence[Token]) -> list[Site] | None:
+        """The newest occurrences (at most :data:`MAX_CANDIDATES`, newest first) of what the
+        tail ends with: its last two tokens where they occurred, else its last one."""
+        found = self.two.get((tail[-2], tail[-1])) if len(tail) >= 2 else None
+        if not found:
+            found = self.one.get(tail[-1]) if tail else None
+        return found[: -MAX_CANDIDATES - 1 : -1] if found else None
+
+
+def _push(sites: list[Site], site: Site) -> None:
+    sites.append(site)
+    if len(sites) >= 2 * MAX_CANDIDATES:
+        del sites[:-MAX_CANDIDATES]
 
 
 class AnswerCache:
@@ -149,7 +155,7 @@ class SuffixProposer:
                     best = got
         return best[1]
 
-    def _best_draft(self, sites: deque[Site]) -> tuple[float, list[Token]]:
+    def _best_draft(self, sites: list[Site]) -> tuple[float, list[Token]]:
         tail = self.tokens
         depth = min(self.settings.depth, len(tail))
         matched: list[tuple[int, Site]] = []

@@ -88,7 +88,7 @@ async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
     # the suffix replay: every answer, drafting from the earlier ones too
     assert (
         advice["suffix"]["all"]["requests"] == 4
-        and advice["suffix"]["settings"]["max_cached_requests"] == 256
+        and advice["suffix"]["settings"]["max_cached_requests"] == 128
     )
     [sx] = [c for c in advice["suffix"]["classes"] if c["temperature"] == "T ≤ 0.05"]
     assert sx["acceptance_rate"] > 0.3

@@ -66,4 +66,8 @@ def test_earlier_answers_draft_for_a_new_request_and_the_cache_is_bounded() -> N
     many = AnswerCache(1000)
     for _ in range(3 * MAX_CANDIDATES):
         many.add(answer)
-    assert len(many.index.one[" a1"]) == MAX_CANDIDATES  # candidate lists stay bounded
+    # candidate lists stay bounded, and a lookup sees the newest of them
+    assert MAX_CANDIDATES <= len(many.index.one[" a1"]) < 2 * MAX_CANDIDATES
+    sites = many.index.sites(tokenize(" a1"))
+    assert sites is not None and len(sites) == MAX_CANDIDATES
+    assert sites[0][0] is many.index.one[" a1"][-1][0]  # newest first

@@ -28,7 +28,8 @@ EDIT = (
 async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
     group = await start_group(pair_launches(port_spec=0, port_base=0), time_scale=0.05)
     tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
-    gw = TestServer(build_app(gateway_config_for(group), telemetry=tel))
+    config = gateway_config_for(group, **{"models.0.advice.suffix_cached_answers": 128})
+    gw = TestServer(build_app(config, telemetry=tel))
     await gw.start_server()
     client = await asyncio.to_thread(
         openai.AsyncOpenAI, base_url=str(gw.make_url("/v1")), api_key="unused", max_retries=0

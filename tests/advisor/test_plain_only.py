@@ -55,6 +55,7 @@ def test_a_pair_without_spec_is_the_plain_engine_alone_and_cannot_be_mixed() -> 
         "plain"
     ]
     assert cfg.models[0].advice.k == 5 and cfg.models[0].advice.prompt_lookup_min == 2
+    assert cfg.models[0].advice.suffix_cached_answers == 0  # the suffix replay is opt-in live
     mixed = {
         "models": [
             {
@@ -97,7 +98,12 @@ async def test_the_gateway_in_front_of_a_plain_engine_alone_routes_to_it_and_adv
     tel = build_telemetry({"tracing": "off", "process_metrics": False}, known_models=["qwen3-8b"])
     gw = TestServer(
         build_app(
-            plain_config(plain.url, plain.launch.config.served_model_name, advice={"k": 4}), telemetry=tel
+            plain_config(
+                plain.url,
+                plain.launch.config.served_model_name,
+                advice={"k": 4, "suffix_cached_answers": 128},
+            ),
+            telemetry=tel,
         )
     )
     await gw.start_server()

@@ -36,7 +36,7 @@ from gateway.emulator.launch import pair_launches, start_group
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
 from gateway.text.suffix import SuffixSettings
-from gateway.wire.sse import DONE, EventDecoder
+from gateway.wire.sse import EventDecoder, json_payloads
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SETTINGS = LookupSettings(k=5, n_min=2, n_max=5)  # the emulated pair's n-gram engine
@@ -73,11 +73,7 @@ async def one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) ->
         r.raise_for_status()
         decoder = EventDecoder()
         async for chunk in r.content.iter_any():
-            for ev in decoder.feed(chunk):
-                data = ev.data.strip()
-                if not data or data == DONE:
-                    continue
-                obj = json.loads(data)
+            for obj in json_payloads(decoder.feed(chunk)):
                 usage = obj.get("usage")
                 if isinstance(usage, dict):
                     a.tokens = int(usage.get("completion_tokens") or 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 DONE = "[DONE]"
 MAX_LINE_BYTES = 1 << 20  # a longer unterminated line is not an event stream
@@ -93,6 +94,17 @@ class EventDecoder:
                 self._event = value
             # id, retry and unknown fields change nothing a client here needs
         return events
+
+
+def json_payloads(events: list[Event]) -> list[Any]:
+    """The JSON of each event's data, skipping empty data and ``[DONE]`` (what a load tool
+    reading an OpenAI stream wants); raises ``ValueError`` on data that is not JSON."""
+    out = []
+    for ev in events:
+        data = ev.data.strip()
+        if data and data != DONE:
+            out.append(json.loads(data))
+    return out
 
 
 @dataclass(slots=True)

@@ -41,7 +41,7 @@ from engines import MODEL, by_name  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
 from gateway.bench.procs import Proc, free_port  # noqa: E402
-from gateway.wire.sse import DONE, EventDecoder  # noqa: E402
+from gateway.wire.sse import EventDecoder, json_payloads  # noqa: E402
 from gateway.workload import sample, to_openai_body  # noqa: E402
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -80,11 +80,7 @@ async def stream_once(
         route = r.headers.get("x-specgate-route")
         decoder = EventDecoder()
         async for data in r.content.iter_any():
-            for ev in decoder.feed(data):
-                payload = ev.data.strip()
-                if not payload or payload == DONE:
-                    continue
-                obj = json.loads(payload)
+            for obj in json_payloads(decoder.feed(data)):
                 ids.add(obj.get("id"))
                 if obj.get("usage"):
                     usage = obj["usage"]

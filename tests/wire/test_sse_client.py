@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.wire.sse import ChatStream, Event, EventDecoder, StreamError
+from gateway.wire.sse import ChatStream, Event, EventDecoder, StreamError, json_payloads
 
 
 def chunk(content: str | None = None, usage: int | None = None, **extra: object) -> bytes:
@@ -156,3 +156,11 @@ def test_a_bad_json_error_never_quotes_the_payload() -> None:
     with pytest.raises(StreamError) as info:
         ChatStream().feed(b'data: {"choices": [{"delta": {"content": "private words"\n\n')
     assert "private" not in str(info.value)
+
+
+def test_json_payloads_skips_empty_data_and_done_and_refuses_bad_json() -> None:
+    dec = EventDecoder()
+    events = dec.feed(b'data: {"a": 1}\n\ndata:\n\ndata: [DONE]\n\n')
+    assert json_payloads(events) == [{"a": 1}]
+    with pytest.raises(ValueError):
+        json_payloads(dec.feed(b"data: {not json\n\n"))

@@ -124,6 +124,10 @@ def build_app(
     app.on_response_prepare.append(_with_request_id)
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
+    if config.epp.enabled:  # the Endpoint Picker for Envoy, on its own port
+        from gateway.epp.server import attach
+
+        attach(app)
     return app
 
 

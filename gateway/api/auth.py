@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from aiohttp import web
 from pydantic import SecretStr
@@ -12,7 +13,15 @@ from pydantic import SecretStr
 from gateway.wire.errors import ApiError
 
 
-def bearer_token(request: web.Request) -> str | None:
+class HasHeaders(Protocol):
+    """What the key checks read of a request: its headers (an aiohttp request, or the
+    Endpoint Picker's view of the request Envoy forwards)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+def bearer_token(request: HasHeaders) -> str | None:
     value = request.headers.get("Authorization")
     if not value:
         return None
@@ -33,7 +42,7 @@ def key_matches(token: str | None, keys: Sequence[SecretStr]) -> bool:
     return ok
 
 
-def check_client(request: web.Request, keys: Sequence[SecretStr]) -> None:
+def check_client(request: HasHeaders, keys: Sequence[SecretStr]) -> None:
     if not keys:
         return
     token = bearer_token(request)
@@ -74,7 +83,7 @@ def is_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> bool:
 
 
 def check_model_access(
-    request: web.Request,
+    request: HasHeaders,
     name: str,
     model_keys: Sequence[SecretStr] | None,
     server_keys: Sequence[SecretStr],

@@ -161,7 +161,7 @@ def check_shape(raw: bytes, max_containers: int, max_elements: int) -> None:
         )
 
 
-def _parse(raw: bytes, server: ServerConfig) -> dict[str, Any]:
+def parse_inline(raw: bytes, server: ServerConfig) -> dict[str, Any]:
     check_utf8(raw)
     check_shape(raw, server.max_json_containers, server.max_json_elements)
     return parse_json(raw)
@@ -170,6 +170,6 @@ def _parse(raw: bytes, server: ServerConfig) -> dict[str, Any]:
 async def parse_body(raw: bytes, server: ServerConfig) -> dict[str, Any]:
     """The request body as a JSON object (OpenAI-shaped 400s otherwise), bounded in cost."""
     if len(raw) <= _OFF_LOOP_BYTES:
-        return _parse(raw, server)
+        return parse_inline(raw, server)
     async with _LARGE_PARSES:
-        return await asyncio.to_thread(_parse, raw, server)
+        return await asyncio.to_thread(parse_inline, raw, server)

@@ -77,6 +77,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "count each other's requests, learn from each other's answers and follow one leader's regime "
         "per model. Off by default (replicas then agree through the engines' metrics)",
     )
+    parser.add_argument(
+        "--epp-port",
+        type=int,
+        metavar="PORT",
+        help="also serve as an Endpoint Picker for Envoy on this port (epp.enabled, epp.port): Envoy's "
+        "ext_proc gRPC protocol (Gateway API Inference Extension); Envoy relays the bytes and asks "
+        "specgate which engine each request goes to. See deploy/envoy/",
+    )
+    parser.add_argument(
+        "--epp-host", help="address of the Endpoint Picker listener (epp.host; default 127.0.0.1)"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument(
         "--log-json", action="store_true", default=None, help="log JSON lines (server.log_json)"
@@ -94,7 +105,11 @@ def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
         "server.max_body_bytes": args.max_body_bytes,
         "server.log_json": args.log_json,
         "peers.url": args.peers,
+        "epp.host": args.epp_host,
+        "epp.port": args.epp_port,
     }
+    if args.epp_port is not None:
+        o["epp.enabled"] = True
     if args.no_scrape:
         o["scrape.enabled"] = False
     if args.policy:

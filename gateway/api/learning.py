@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Protocol
 
 from gateway.advisor.replay import MAX_ANSWER_CHARS, MAX_PROMPT_CHARS, Replay
 from gateway.advisor.report import Advice
@@ -18,7 +19,7 @@ from gateway.config import ModelConfig
 from gateway.engines.runtime import ModelRuntime
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup_stats
-from gateway.proxy.result import ProxyResult
+from gateway.proxy.sse import Harvest
 from gateway.routing.acceptance import temp_bucket
 from gateway.routing.overlap import lookup_rates
 from gateway.routing.types import Decision, RequestFeatures, Route
@@ -55,7 +56,29 @@ class SampleBudget:
         return False
 
 
-def answer_of(result: ProxyResult, started: float) -> Answer | None:
+class Relayed(Protocol):
+    """What learning reads of an answer that went through: the proxy's
+    :class:`~gateway.proxy.result.ProxyResult`, or what the Endpoint Picker saw of it."""
+
+    @property
+    def engine(self) -> str | None: ...
+    @property
+    def route(self) -> Route | None: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def retried(self) -> bool: ...
+    @property
+    def moved(self) -> bool: ...
+    @property
+    def harvest(self) -> Harvest: ...
+    @property
+    def first_token_at(self) -> float | None: ...
+    @property
+    def last_token_at(self) -> float | None: ...
+
+
+def answer_of(result: Relayed, started: float) -> Answer | None:
     """What the relay saw of the answer (None when no engine was reached)."""
     if result.engine is None or result.route is None:
         return None
@@ -98,7 +121,7 @@ def advice_settings(config: ModelConfig) -> LookupSettings:
 async def _advise(
     advice: Advice,
     features: RequestFeatures,
-    result: ProxyResult,
+    result: Relayed,
     prompt_text: str,
     ngram: tuple[LookupStats, int] | None,
     *,
@@ -141,7 +164,7 @@ async def _replay(
     return await asyncio.to_thread(replay_lookup_stats, prompt_text, completion, settings)
 
 
-def wants_lookup(result: ProxyResult) -> bool:
+def wants_lookup(result: Relayed) -> bool:
     """The answer completed and its text was collected (see ``ProxyCall.collect_text``)."""
     return bool(result.ok and result.harvest.text_chars)
 
@@ -150,7 +173,7 @@ def observe(
     model: ModelRuntime,
     features: RequestFeatures,
     decision: Decision,
-    result: ProxyResult,
+    result: Relayed,
     *,
     started: float,
     lookup: tuple[float, float] | None = None,
@@ -183,7 +206,7 @@ async def learn_with_lookup(
     model: ModelRuntime,
     features: RequestFeatures,
     decision: Decision,
-    result: ProxyResult,
+    result: Relayed,
     prompt_text: str,
     *,
     started: float,

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.config.epp import EppConfig
 from gateway.config.telemetry import TelemetryConfig
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS, SpecMethod
 from gateway.routing.config import RoutingConfig
@@ -137,6 +138,18 @@ class EngineConfig(_Strict):
     k: int = Field(0, ge=0, le=64, description="num_speculative_tokens")
     prompt_lookup_min: int | None = Field(None, ge=1, le=64)
     prompt_lookup_max: int | None = Field(None, ge=1, le=64)
+    endpoint: str | None = Field(
+        None,
+        description="EPP mode: the ip:port the Envoy cluster knows this engine by (default: the url's "
+        "host and port, a host name resolved when the EPP starts)",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):\d{1,5}", v):
+            raise ValueError(f"must be ip:port (IPv6 in brackets), got {v!r}")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -374,6 +387,10 @@ class GatewayConfig(_Strict):
     telemetry: TelemetryConfig = Field(
         default_factory=TelemetryConfig,
         description="metrics, traces and the access log (tracing itself is switched on by OTEL_* variables)",
+    )
+    epp: EppConfig = Field(
+        default_factory=EppConfig,
+        description="serve as an Endpoint Picker for Envoy (ext_proc gRPC) beside the HTTP port",
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,284 @@
+"""One ext_proc stream: one client request as Envoy shows it to the Endpoint Picker.
+
+Envoy sends the request's headers, then (BUFFERED) its whole body; the EPP answers the body
+with the engine's address (:mod:`gateway.epp.pick`), or with an immediate error response.
+Then come the response headers (the route headers are added; the body is switched on for
+the answers it samples) and, where switched on, the response body chunk by chunk
+(:mod:`gateway.epp.observe`). Envoy ends the stream when the response ends: the request
+then releases its slots, reports its telemetry and, when its body was read, teaches the
+policy. With the filter in FULL_DUPLEX_STREAMED mode the headers' answer waits for the
+whole body, and the body goes back in one piece.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
+from multidict import CIMultiDict
+
+from gateway.api.body import check_content_encoding, decoded, parse_body, parse_inline
+from gateway.api.learning import SampleBudget, learn_with_lookup, observe, wants_lookup
+from gateway.epp import messages as m
+from gateway.epp.observe import Observed
+from gateway.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
+from gateway.wire.errors import ApiError
+from gateway.wire.headers import REASON, REQUEST_ID, ROUTE, request_id
+
+if TYPE_CHECKING:
+    from gateway.epp.h2 import Stream
+    from gateway.epp.server import EppServer
+
+log = logging.getLogger(__name__)
+
+_INLINE_BYTES = 256 * 1024  # larger (or encoded) bodies are decoded and parsed off the loop
+
+
+class ExtProcStream:
+    """The :class:`~gateway.epp.h2.StreamHandler` of one ``ExternalProcessor/Process`` call."""
+
+    def __init__(self, server: EppServer, stream: Stream) -> None:
+        self.server = server
+        self.st = server.state
+        self.stream = stream
+        self.req: ClientRequest | None = None
+        self.endpoint: str | None = None  # CHAT / COMPLETIONS; None: not an inference
+        self.full_duplex = False
+        self.passthrough: str | None = None  # the engine of a request that is not an inference
+        self._body = bytearray()
+        self.picked: Picked | None = None
+        self.observed: Observed | None = None
+        self.collect = False
+        self.status = 0
+        self.error: str | None = None
+        self.closed = False
+        self.model_label = "unknown"  # the telemetry label of a refused request
+
+    # -- StreamHandler -----------------------------------------------------------------
+    def on_message(self, message: bytes) -> None:
+        try:
+            inc = m.parse(message)
+        except DecodeError:
+            self.stream.abort(3, "undecodable ProcessingRequest")
+            return
+        kind = inc.kind
+        if kind == m.REQUEST_HEADERS:
+            self._request_headers(inc)
+        elif kind == m.REQUEST_BODY:
+            self._request_body(inc)
+        elif kind == m.RESPONSE_HEADERS:
+            self._response_headers(inc)
+        elif kind == m.RESPONSE_BODY:
+            if self.observed is not None and self.observed.reading:
+                self._observe_chunk(inc.body, inc.end_of_stream)
+            self.stream.send(m.CONTINUE_RESPONSE_BODY)
+        elif kind in m.CONTINUE_TRAILERS:
+            self.stream.send(m.CONTINUE_TRAILERS[kind])
+        else:
+            self.stream.abort(12, f"unsupported ProcessingRequest {kind or 'empty'}")
+
+    def on_end(self) -> None:
+        self.stream.finish()
+        self._close(aborted=False)
+
+    def on_reset(self) -> None:
+        self._close(aborted=True)
+
+    # -- request ------------------------------------------------------------------------
+    def _request_headers(self, inc: m.Incoming) -> None:
+        h = inc.headers
+        self.full_duplex = inc.full_duplex
+        headers: CIMultiDict[str] = CIMultiDict((k, v) for k, v in h.items() if not k.startswith(":"))
+        self.req = ClientRequest(headers, request_id(h.get(REQUEST_ID)), subset_of(inc.metadata))
+        method = h.get(":method", "")
+        self.endpoint = endpoint_of(h.get(":path", "")) if method == "POST" else None
+        if self.endpoint is None:
+            try:
+                self.passthrough, addr = passthrough(self.st, self.server.book, self.req.subset)
+            except ApiError as exc:
+                self._refuse(exc)
+                return
+            self.stream.send(
+                m.routed(m.REQUEST_HEADERS, addr, {}, None, {"route": "base", "reason": "not_inference"})
+            )
+            return
+        if inc.end_of_stream:
+            self._refuse(ApiError(400, "the request has no body", code="invalid_body"))
+            return
+        length = h.get("content-length")
+        limit = self.st.config.server.max_body_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
+            return
+        if not self.full_duplex:
+            self.stream.send(m.CONTINUE_HEADERS)
+
+    def _request_body(self, inc: m.Incoming) -> None:
+        if self.passthrough is not None:  # not an inference: the body passes as it is
+            if self.full_duplex:
+                self.stream.send(m.full_duplex_chunk(inc.body, inc.end_of_stream))
+            else:
+                self.stream.send(m.CONTINUE_BODY)
+            return
+        if self.req is None or self.picked is not None or self.status:
+            self.stream.abort(9, "request body out of order")
+            return
+        self._body += inc.body
+        limit = self.st.config.server.max_body_bytes
+        if len(self._body) > limit:
+            self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
+            return
+        if not inc.end_of_stream:
+            if not self.full_duplex:  # STREAMED: each chunk is answered; the body is kept
+                self.stream.send(m.CONTINUE_BODY)
+            return
+        raw = bytes(self._body)
+        self._body = bytearray()
+        coding = self.req.headers.get("content-encoding")
+        try:
+            check_content_encoding(coding)
+        except ApiError as exc:
+            self._refuse(exc)
+            return
+        if len(raw) <= _INLINE_BYTES and not coding:
+            try:
+                body = parse_inline(raw, self.st.config.server)
+            except ApiError as exc:
+                self._refuse(exc)
+                return
+            self._route(body, raw, decoded_body=False)
+        else:
+            self.st.spawn(self._route_later(raw, coding))
+
+    async def _route_later(self, raw: bytes, coding: str | None) -> None:
+        server = self.st.config.server
+        try:
+            plain = await decoded(raw, coding, server.max_body_bytes)
+            body = await parse_body(plain, server)
+        except ApiError as exc:
+            if not self.stream.finished:
+                self._refuse(exc)
+            return
+        if self.stream.finished:  # Envoy gave up meanwhile
+            return
+        self._route(body, plain, decoded_body=plain is not raw)
+
+    def _route(self, body: dict[str, Any], raw: bytes, *, decoded_body: bool) -> None:
+        assert self.req is not None and self.endpoint is not None
+        name = body.get("model")
+        if isinstance(name, str) and name in self.st.models:
+            self.model_label = name
+        try:
+            p = admit(self.st, self.server.book, self.req, self.endpoint, body, raw)
+        except ApiError as exc:
+            self._refuse(exc)
+            return
+        self.picked = p
+        stream = p.parsed.features.stream
+        self.observed = Observed(p.engine.name, p.engine.route, stream)
+        new_body = p.body if p.body is not None else (raw if decoded_body else None)
+        headers = dict(p.set_headers)
+        tags = {"route": p.decision.route.value, "reason": str(p.decision.reason), "engine": p.engine.name}
+        if self.full_duplex:
+            self.stream.send(
+                m.routed(m.REQUEST_HEADERS, p.endpoints, headers, None, tags, new_length=new_body is not None)
+            )
+            self.stream.send(m.full_duplex_chunk(new_body if new_body is not None else raw, True))
+        else:
+            self.stream.send(m.routed(m.REQUEST_BODY, p.endpoints, headers, new_body, tags))
+
+    def _refuse(self, exc: ApiError) -> None:
+        """Envoy answers the client with this error; the request reaches no engine."""
+        self.status, self.error = exc.status, exc.code or exc.type
+        rid = self.req.rid if self.req is not None else request_id(None)
+        self.stream.send(m.immediate(exc, {REQUEST_ID: rid}))
+        if self.endpoint is not None and self.req is not None:  # an inference request: count it
+            try:
+                self.st.telemetry.start_request(
+                    self.model_label, self.endpoint, rid, self.req.headers
+                ).finished(exc.status, error=self.error)
+            except Exception:
+                log.exception("telemetry failed")
+
+    # -- response -----------------------------------------------------------------------
+    def _response_headers(self, inc: m.Incoming) -> None:
+        p, obs = self.picked, self.observed
+        if p is None or obs is None:  # not routed by specgate (a passthrough): nothing to add
+            self.stream.send(m.CONTINUE_RESPONSE_HEADERS)
+            return
+        status = int(inc.headers.get(":status", "0") or 0)
+        obs.status = status
+        obs.ok = 200 <= status < 300
+        served = inc.metadata.get(m.LB_NAMESPACE, {}).get(m.SERVED)
+        if isinstance(served, str):
+            engine = self.server.book.engine_at(served.split(",")[0])
+            if engine is not None and engine is not p.engine:
+                p.move_to(engine)
+                obs.engine, obs.route, obs.retried = engine.name, engine.route, True
+        engine = p.engine
+        if status >= 500:
+            engine.record_failure(f"status_{status}")
+        elif status:
+            engine.record_success()
+        p.tel.upstream_first_byte(engine.name)
+        read = obs.ok and self.server.sample(p.model.name)
+        if read:
+            obs.reading = True
+            self.collect = bool(p.parsed.prompt_text) and self.st.lookup_budget(p.model.name).take()
+            obs.harvest.collect_text = self.collect
+        added = {ROUTE: p.decision.route.value, REASON: str(p.decision.reason), REQUEST_ID: p.rid}
+        self.stream.send(m.response_headers(added, read_body=read))
+
+    def _observe_chunk(self, chunk: bytes, end: bool) -> None:
+        obs, p = self.observed, self.picked
+        assert obs is not None and p is not None
+        had_token = obs.first_token_at is not None
+        obs.feed(chunk, end)
+        if not had_token and obs.first_token_at is not None:
+            p.tel.first_token()
+
+    # -- the end ------------------------------------------------------------------------
+    def _close(self, *, aborted: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        p, obs = self.picked, self.observed
+        if p is None or obs is None:
+            return
+        p.release()
+        status = obs.status or (499 if aborted else 502)
+        error = (
+            None if obs.ok else ("client_disconnected" if aborted and not obs.status else f"status_{status}")
+        )
+        if aborted and obs.reading and not obs.complete:
+            error = "client_disconnected"
+        h = obs.harvest
+        try:
+            p.tel.finished(
+                status, prompt_tokens=h.prompt_tokens, completion_tokens=h.completion_tokens, error=error
+            )
+        except Exception:
+            log.exception("telemetry finished failed")
+        if not (obs.reading and obs.complete and obs.ok):
+            return
+        features, decision = p.parsed.features, p.decision
+        if self.collect and wants_lookup(obs):
+            self.st.spawn(
+                learn_with_lookup(
+                    p.model,
+                    features,
+                    decision,
+                    obs,
+                    p.parsed.prompt_text,
+                    started=p.started,
+                    advice=self.st.advice_for(p.model.name),
+                )
+            )
+        else:
+            observe(p.model, features, decision, obs, started=p.started)
+
+
+def budget(rate: float) -> SampleBudget:
+    """A model's budget of answers whose body the EPP reads (``epp.observe_per_s``)."""
+    return SampleBudget(rate=rate, burst=max(1.0, rate))

@@ -1,0 +1,581 @@
+"""A small HTTP/2 server for gRPC, on an asyncio protocol: the EPP's transport.
+
+Envoy's ``ext_proc`` filter opens one gRPC stream per HTTP request and sends a few small
+messages on it. Every general-purpose Python gRPC server tried spent 300-450 µs of CPU per
+such stream (grpc.aio, a trivial servicer, measured behind Envoy), as much as specgate's
+whole HTTP proxy path; the point of the EPP mode is to be far cheaper than that. This
+server does only what a gRPC server needs from HTTP/2 (RFC 9113), synchronously inside
+``data_received``:
+
+- the connection preface and SETTINGS (acknowledged; the peer's initial window and maximum
+  frame size are applied), PING (answered), GOAWAY (no new streams; closes when idle),
+  WINDOW_UPDATE (both directions), RST_STREAM, PRIORITY (ignored), unknown frames (ignored);
+- HEADERS + CONTINUATION decoded by HPACK (:mod:`gateway.epp.hpack_cache`), PADDED and
+  PRIORITY flags, a bound on the header block;
+- DATA split into length-prefixed gRPC messages (uncompressed only), each handed to the
+  stream's handler as bytes; the handler answers with :meth:`Stream.send` and ends the
+  stream with :meth:`Stream.finish` (trailers with ``grpc-status``);
+- flow control: the server grants a 1 GiB receive window up front and tops it up; what it
+  sends waits for the peer's window when that is exhausted.
+
+Protocol errors close the connection with GOAWAY and the RFC's error code; a stream over
+the concurrent limit is refused (REFUSED_STREAM); a message larger than the limit ends its
+stream with RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Callable
+from typing import Protocol, cast
+from urllib.parse import quote
+
+from gateway.epp.hpack_cache import STATUS_200, HeaderDecoder, HpackError, literal
+
+log = logging.getLogger(__name__)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    range(10)
+)
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+
+# error codes (RFC 9113 §7)
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
+STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
+ENHANCE_YOUR_CALM = 0xB
+
+# settings identifiers
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 0x1, 0x2, 0x3, 0x4
+MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 0x5, 0x6
+
+# gRPC status codes used here
+GRPC_OK, GRPC_CANCELLED, GRPC_INVALID_ARGUMENT, GRPC_DEADLINE_EXCEEDED = 0, 1, 3, 4
+GRPC_RESOURCE_EXHAUSTED, GRPC_UNIMPLEMENTED, GRPC_INTERNAL, GRPC_UNAVAILABLE = 8, 12, 13, 14
+
+RECV_WINDOW = 1 << 30  # granted to each stream and to the connection
+MAX_WINDOW = (1 << 31) - 1
+HEADER_BLOCK_MAX = 64 * 1024
+DEFAULT_FRAME_SIZE = 16_384
+
+_U32 = struct.Struct(">I")
+
+_RESPONSE_HEADERS = STATUS_200 + literal("content-type", "application/grpc")
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    n = len(payload)
+    return bytes((n >> 16 & 0xFF, n >> 8 & 0xFF, n & 0xFF, kind, flags)) + _U32.pack(stream_id) + payload
+
+
+def _settings_payload(pairs: dict[int, int]) -> bytes:
+    return b"".join(struct.pack(">HI", k, v) for k, v in pairs.items())
+
+
+class ConnectionError_(Exception):
+    """A connection error: GOAWAY with ``code``, then close."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+class StreamHandler(Protocol):
+    """What a service does with one stream: called from inside ``data_received``."""
+
+    def on_message(self, message: bytes) -> None: ...
+
+    def on_end(self) -> None:
+        """The peer half-closed the stream (sent END_STREAM): no more messages."""
+        ...
+
+    def on_reset(self) -> None:
+        """The stream died before the handler finished it (RST_STREAM, connection lost,
+        timeout): release what it holds. Not called after :meth:`Stream.finish`."""
+        ...
+
+
+# A service: given the new stream, its handler (None: the path is not served).
+Services = Callable[["Stream"], "StreamHandler | None"]
+
+
+class Stream:
+    __slots__ = (
+        "_buf",
+        "_headers_sent",
+        "_pending",
+        "conn",
+        "finished",
+        "handler",
+        "headers",
+        "id",
+        "last_activity",
+        "path",
+        "recv_unacked",
+        "remote_closed",
+        "send_window",
+    )
+
+    def __init__(self, conn: H2Connection, stream_id: int, headers: tuple[tuple[str, str], ...]) -> None:
+        self.conn = conn
+        self.id = stream_id
+        self.headers = headers
+        self.path = next((v for k, v in headers if k == ":path"), "")
+        self.handler: StreamHandler | None = None
+        self.send_window = conn.peer_initial_window
+        self._pending: list[tuple[bytes, int]] = []  # DATA payloads (and flags) waiting for window
+        self._buf = bytearray()
+        self._headers_sent = False
+        self.finished = False
+        self.remote_closed = False
+        self.recv_unacked = 0
+        self.last_activity = time.monotonic()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    # -- sending -----------------------------------------------------------------------
+    def send(self, message: bytes) -> None:
+        """Send one gRPC message (uncompressed) on this stream."""
+        if self.finished:
+            return
+        if not self._headers_sent:
+            self._headers_sent = True
+            self.conn.write(_frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS))
+        self._data(b"\x00" + _U32.pack(len(message)) + message, 0)
+
+    def finish(self, status: int = GRPC_OK, message: str = "") -> None:
+        """End the stream with gRPC trailers (a trailers-only response if nothing was sent)."""
+        if self.finished:
+            return
+        self.finished = True
+        block = literal("grpc-status", str(status))
+        if message:
+            block += literal("grpc-message", quote(message[:200], safe=" !#$&'()*+,/:;=?@[]~"))
+        if not self._headers_sent:
+            self._headers_sent = True
+            block = _RESPONSE_HEADERS + block
+        if self._pending:  # trailers go after the queued data
+            self._pending.append((block, -1))
+        else:
+            self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, block))
+            self.conn.stream_done(self)
+
+    def _data(self, payload: bytes, flags: int) -> None:
+        if self._pending or not self.conn.try_reserve(self, len(payload)):
+            self._pending.append((payload, flags))
+            return
+        self.conn.write_data(self.id, payload, flags)
+
+    def flush_pending(self) -> None:
+        """Send what waited for the peer's window, in order, as far as it allows."""
+        while self._pending:
+            payload, flags = self._pending[0]
+            if flags == -1:  # trailers
+                self._pending.pop(0)
+                self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, payload))
+                self.conn.stream_done(self)
+                return
+            if not self.conn.try_reserve(self, len(payload)):
+                return
+            self._pending.pop(0)
+            self.conn.write_data(self.id, payload, flags)
+
+    # -- receiving ---------------------------------------------------------------------
+    def feed(self, data: bytes, max_message: int) -> None:
+        self.last_activity = time.monotonic()
+        buf = self._buf
+        buf += data
+        while len(buf) >= 5 and not self.finished:
+            compressed = buf[0]
+            (length,) = _U32.unpack_from(buf, 1)
+            if length > max_message:
+                self.abort(GRPC_RESOURCE_EXHAUSTED, f"message of {length} bytes exceeds {max_message}")
+                return
+            if compressed:
+                self.abort(GRPC_UNIMPLEMENTED, "compressed messages are not supported")
+                return
+            if len(buf) < 5 + length:
+                return
+            message = bytes(buf[5 : 5 + length])
+            del buf[: 5 + length]
+            if self.handler is not None:
+                try:
+                    self.handler.on_message(message)
+                except Exception:  # a handler bug costs its stream, not the connection
+                    log.exception("EPP: a stream's handler failed")
+                    self.abort(GRPC_INTERNAL, "internal error")
+
+    def abort(self, status: int, message: str) -> None:
+        """End the stream with an error status and tell the handler it is gone."""
+        handler = self.handler
+        self.handler = None
+        self.finish(status, message)
+        if handler is not None:
+            handler.on_reset()
+
+
+class H2Connection(asyncio.Protocol):
+    """One HTTP/2 connection (cleartext with prior knowledge, or TLS with ALPN h2)."""
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        max_streams: int = 4096,
+        max_message: int = 64 * 1024 * 1024,
+        on_close: Callable[[H2Connection], None] | None = None,
+    ) -> None:
+        self.services = services
+        self.max_streams = max_streams
+        self.max_message = max_message
+        self.on_close = on_close
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, Stream] = {}
+        self.peer_initial_window = 65_535
+        self.peer_max_frame = DEFAULT_FRAME_SIZE
+        self.send_window = 65_535  # the connection's, granted by the peer
+        self._recv_unacked = 0
+        self._buf = bytearray()
+        self._preface_seen = False
+        self._last_stream = 0
+        self._header_stream: int | None = None  # a header block still in CONTINUATIONs
+        self._header_block = bytearray()
+        self._header_end_stream = False
+        self._decoder = HeaderDecoder(HEADER_BLOCK_MAX)
+        self._out: list[bytes] = []
+        self._batching = False
+        self._going_away = False
+        self.closed = False
+        self.last_activity = time.monotonic()
+        self.done: asyncio.Future[None] | None = None  # set when the connection is lost
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.done = asyncio.get_running_loop().create_future()
+        settings = {
+            MAX_CONCURRENT_STREAMS: self.max_streams,
+            INITIAL_WINDOW_SIZE: RECV_WINDOW,
+            MAX_HEADER_LIST_SIZE: HEADER_BLOCK_MAX,
+            ENABLE_PUSH: 0,
+        }
+        self.transport.write(
+            _frame(SETTINGS, 0, 0, _settings_payload(settings))
+            + _frame(WINDOW_UPDATE, 0, 0, _U32.pack(RECV_WINDOW - 65_535))
+        )
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        buf = self._buf
+        buf += data
+        self._batching = True
+        try:
+            if not self._preface_seen:
+                if len(buf) < len(PREFACE):
+                    if not PREFACE.startswith(bytes(buf)):
+                        raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                    return
+                if buf[: len(PREFACE)] != PREFACE:
+                    raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                del buf[: len(PREFACE)]
+                self._preface_seen = True
+            pos, n = 0, len(buf)
+            while n - pos >= 9:
+                length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
+                if length > DEFAULT_FRAME_SIZE:  # we never raise SETTINGS_MAX_FRAME_SIZE
+                    raise ConnectionError_(FRAME_SIZE_ERROR, f"frame of {length} bytes")
+                if n - pos < 9 + length:
+                    break
+                kind, flags = buf[pos + 3], buf[pos + 4]
+                (sid,) = _U32.unpack_from(buf, pos + 5)
+                sid &= 0x7FFFFFFF
+                payload = bytes(buf[pos + 9 : pos + 9 + length])
+                pos += 9 + length
+                self._frame(kind, flags, sid, payload)
+                if self.closed:
+                    return
+            del buf[:pos]
+        except ConnectionError_ as exc:
+            self._goaway(exc.code, str(exc))
+        finally:
+            self._batching = False
+            self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        streams, self.streams = self.streams, {}
+        for s in streams.values():
+            handler, s.handler = s.handler, None
+            s.finished = True
+            if handler is not None:
+                handler.on_reset()
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+        if self.on_close is not None:
+            self.on_close(self)
+
+    # -- output ----------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self.closed or self.transport is None:
+            return
+        if self._batching:
+            self._out.append(data)
+        else:
+            self.transport.write(data)
+
+    def _flush(self) -> None:
+        if self._out and self.transport is not None and not self.closed:
+            self.transport.write(b"".join(self._out))
+        self._out.clear()
+
+    def try_reserve(self, stream: Stream, n: int) -> bool:
+        if n > self.send_window or n > stream.send_window:
+            return False
+        self.send_window -= n
+        stream.send_window -= n
+        return True
+
+    def write_data(self, sid: int, payload: bytes, flags: int) -> None:
+        step = self.peer_max_frame
+        if len(payload) <= step:
+            self.write(_frame(DATA, flags, sid, payload))
+            return
+        for i in range(0, len(payload), step):
+            last = i + step >= len(payload)
+            self.write(_frame(DATA, flags if last else 0, sid, payload[i : i + step]))
+
+    def stream_done(self, stream: Stream) -> None:
+        """Our side ended ``stream``; forget it once both sides are done."""
+        stream.handler = None
+        if stream.remote_closed:
+            self.streams.pop(stream.id, None)
+        else:  # the peer may still send on it: reset it so it need not
+            self.streams.pop(stream.id, None)
+            self.write(_frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
+        if self._going_away and not self.streams:
+            self.close()
+
+    def close(self) -> None:
+        self._flush()
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    def _goaway(self, code: int, why: str) -> None:
+        if code != NO_ERROR:
+            log.warning("EPP: closing an HTTP/2 connection: %s (error %d)", why, code)
+        self.write(_frame(GOAWAY, 0, 0, _U32.pack(self._last_stream) + _U32.pack(code)))
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+        self.closed = True
+
+    def shutdown(self) -> None:
+        """Graceful: no new streams; close once those open have ended."""
+        self._going_away = True
+        self.write(_frame(GOAWAY, 0, 0, _U32.pack(MAX_WINDOW) + _U32.pack(NO_ERROR)))
+        if not self.streams:
+            self.close()
+
+    def expire(self, now: float, message_timeout_s: float) -> None:
+        """End the streams that sent nothing for ``message_timeout_s``."""
+        for s in [s for s in self.streams.values() if now - s.last_activity > message_timeout_s]:
+            s.abort(GRPC_DEADLINE_EXCEEDED, f"no message for {message_timeout_s:g} s")
+        self._flush()
+
+    # -- frames ----------------------------------------------------------------------
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if self._header_stream is not None and kind != CONTINUATION:
+            raise ConnectionError_(PROTOCOL_ERROR, "header block interrupted")
+        if kind == DATA:
+            self._on_data(flags, sid, payload)
+        elif kind == HEADERS:
+            self._on_headers(flags, sid, payload)
+        elif kind == CONTINUATION:
+            self._on_continuation(flags, sid, payload)
+        elif kind == SETTINGS:
+            self._on_settings(flags, sid, payload)
+        elif kind == WINDOW_UPDATE:
+            self._on_window_update(sid, payload)
+        elif kind == PING:
+            if sid != 0 or len(payload) != 8:
+                raise ConnectionError_(PROTOCOL_ERROR, "malformed PING")
+            if not flags & ACK:
+                self.write(_frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            if sid == 0 or len(payload) != 4:
+                raise ConnectionError_(PROTOCOL_ERROR, "malformed RST_STREAM")
+            s = self.streams.pop(sid, None)
+            if s is not None:
+                s.finished = True
+                handler, s.handler = s.handler, None
+                if handler is not None:
+                    handler.on_reset()
+        elif kind == GOAWAY:
+            self._going_away = True
+            if not self.streams:
+                self.close()
+        elif kind == PUSH_PROMISE:
+            raise ConnectionError_(PROTOCOL_ERROR, "a client must not push")
+        elif kind == PRIORITY and sid == 0:
+            raise ConnectionError_(PROTOCOL_ERROR, "PRIORITY on stream 0")
+        # other frame types are ignored (RFC 9113 §4.1)
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid != 0 or len(payload) % 6:
+            raise ConnectionError_(
+                FRAME_SIZE_ERROR if len(payload) % 6 else PROTOCOL_ERROR, "malformed SETTINGS"
+            )
+        if flags & ACK:
+            return
+        for i in range(0, len(payload), 6):
+            key, value = struct.unpack_from(">HI", payload, i)
+            if key == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise ConnectionError_(FLOW_CONTROL_ERROR, "initial window too large")
+                delta = value - self.peer_initial_window
+                self.peer_initial_window = value
+                for s in self.streams.values():
+                    s.send_window += delta
+            elif key == MAX_FRAME_SIZE:
+                if not DEFAULT_FRAME_SIZE <= value <= (1 << 24) - 1:
+                    raise ConnectionError_(PROTOCOL_ERROR, "invalid max frame size")
+                self.peer_max_frame = value
+        self.write(_frame(SETTINGS, ACK, 0))
+        self._unblock()
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ConnectionError_(FRAME_SIZE_ERROR, "malformed WINDOW_UPDATE")
+        inc = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        if sid == 0:
+            if inc == 0:
+                raise ConnectionError_(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self.send_window += inc
+            if self.send_window > MAX_WINDOW:
+                raise ConnectionError_(FLOW_CONTROL_ERROR, "connection window overflow")
+            self._unblock()
+            return
+        s = self.streams.get(sid)
+        if s is not None:
+            s.send_window += inc
+            s.flush_pending()
+
+    def _unblock(self) -> None:
+        for s in list(self.streams.values()):
+            if s._pending:
+                s.flush_pending()
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise ConnectionError_(PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        if flags & PADDED:
+            if not payload or payload[0] >= size:
+                raise ConnectionError_(PROTOCOL_ERROR, "bad padding")
+            payload = payload[1 : size - payload[0]]
+        # Flow control counts the whole frame payload, padding included.
+        self._recv_unacked += size
+        if self._recv_unacked >= RECV_WINDOW // 2:
+            self.write(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._recv_unacked)))
+            self._recv_unacked = 0
+        s = self.streams.get(sid)
+        if s is None:
+            if sid > self._last_stream:
+                raise ConnectionError_(PROTOCOL_ERROR, "DATA on an idle stream")
+            return  # a stream we already ended: the data is dropped
+        if s.remote_closed:
+            raise ConnectionError_(STREAM_CLOSED, "DATA after END_STREAM")
+        s.recv_unacked += size
+        if s.recv_unacked >= RECV_WINDOW // 2 and not flags & END_STREAM:
+            self.write(_frame(WINDOW_UPDATE, 0, sid, _U32.pack(s.recv_unacked)))
+            s.recv_unacked = 0
+        if payload:
+            s.feed(payload, self.max_message)
+        if flags & END_STREAM:
+            self._remote_end(s)
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0 or not sid & 1:
+            raise ConnectionError_(PROTOCOL_ERROR, "HEADERS on an invalid stream id")
+        if flags & PADDED:
+            if not payload or payload[0] >= len(payload):
+                raise ConnectionError_(PROTOCOL_ERROR, "bad padding")
+            payload = payload[1 : len(payload) - payload[0]]
+        if flags & PRIORITY_FLAG:
+            payload = payload[5:]
+        self._header_stream = sid
+        self._header_block = bytearray(payload)
+        self._header_end_stream = bool(flags & END_STREAM)
+        if flags & END_HEADERS:
+            self._header_done()
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        if self._header_stream is None or sid != self._header_stream:
+            raise ConnectionError_(PROTOCOL_ERROR, "unexpected CONTINUATION")
+        self._header_block += payload
+        if len(self._header_block) > HEADER_BLOCK_MAX:
+            raise ConnectionError_(ENHANCE_YOUR_CALM, "header block too large")
+        if flags & END_HEADERS:
+            self._header_done()
+
+    def _header_done(self) -> None:
+        sid, block = self._header_stream, bytes(self._header_block)
+        assert sid is not None
+        self._header_stream = None
+        self._header_block = bytearray()
+        try:
+            fields = self._decoder.decode(block)
+        except HpackError as exc:
+            raise ConnectionError_(COMPRESSION_ERROR, str(exc)) from None
+        s = self.streams.get(sid)
+        if s is not None:  # trailers from the client: only END_STREAM matters
+            if self._header_end_stream:
+                self._remote_end(s)
+            return
+        if sid <= self._last_stream:
+            return  # trailers of a stream already ended on our side
+        self._last_stream = sid
+        if self._going_away:
+            self.write(_frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
+            return
+        if len(self.streams) >= self.max_streams:
+            self.write(_frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
+            return
+        s = Stream(self, sid, fields)
+        self.streams[sid] = s
+        method = s.header(":method")
+        ctype = s.header("content-type") or ""
+        if method != "POST" or not ctype.startswith("application/grpc"):
+            s.finish(GRPC_INVALID_ARGUMENT, "gRPC only: POST with content-type application/grpc")
+            return
+        try:
+            s.handler = self.services(s)
+        except Exception:  # a service that fails to open costs that stream only
+            log.exception("EPP: opening a stream failed")
+            s.finish(GRPC_INTERNAL, "internal error")
+            return
+        if s.handler is None:
+            s.finish(GRPC_UNIMPLEMENTED, f"unknown method {s.path[:100]}")
+            return
+        if self._header_end_stream:
+            self._remote_end(s)
+
+    def _remote_end(self, s: Stream) -> None:
+        s.remote_closed = True
+        if s.finished:
+            self.streams.pop(s.id, None)
+            return
+        if s.handler is not None:
+            try:
+                s.handler.on_end()
+            except Exception:
+                log.exception("EPP: a stream's handler failed at its end")
+                s.abort(GRPC_INTERNAL, "internal error")

@@ -1,0 +1,98 @@
+"""gRPC health checking (``grpc.health.v1.Health/Check``) for the Endpoint Picker.
+
+Services, as the Endpoint Picker protocol names them: ``liveness`` (the process answers),
+``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (it can pick: not
+draining, and every model has an engine it knows the address of and holds healthy), and
+"" (the server overall: as readiness). The two messages are one string and one enum, so
+they are read and written by hand (protobuf wire format) rather than through generated code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.epp.h2 import Stream
+
+UNKNOWN, SERVING, NOT_SERVING = 0, 1, 2
+GRPC_NOT_FOUND = 5
+LIVENESS = "liveness"
+READINESS = "readiness"
+EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
+PATH = "/grpc.health.v1.Health/Check"
+
+
+def service_name(message: bytes) -> str | None:
+    """HealthCheckRequest.service (field 1, a string); None if the message is malformed."""
+    pos, n, name = 0, len(message), ""
+    while pos < n:
+        tag, pos = _varint(message, pos)
+        if tag is None:
+            return None
+        field, wire = tag >> 3, tag & 7
+        if wire == 2:
+            length, pos = _varint(message, pos)
+            if length is None or pos + length > n:
+                return None
+            if field == 1:
+                try:
+                    name = message[pos : pos + length].decode()
+                except UnicodeDecodeError:
+                    return None
+            pos += length
+        elif wire == 0:
+            _, pos = _varint(message, pos)
+        else:
+            return None
+    return name
+
+
+def _varint(data: bytes, pos: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while pos < len(data) and shift < 64:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    return None, pos
+
+
+def response(status: int) -> bytes:
+    """HealthCheckResponse{status}."""
+    return bytes((0x08, status)) if status else b""
+
+
+class HealthCheck:
+    """The handler of one Check call."""
+
+    def __init__(self, stream: Stream, ready: Callable[[], bool]) -> None:
+        self.stream = stream
+        self.ready = ready
+        self.answered = False
+
+    def on_message(self, message: bytes) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        name = service_name(message)
+        if name is None:
+            self.stream.finish(3, "malformed HealthCheckRequest")
+            return
+        if name == LIVENESS:
+            status = SERVING
+        elif name in ("", READINESS, EXT_PROC):
+            status = SERVING if self.ready() else NOT_SERVING
+        else:
+            self.stream.finish(GRPC_NOT_FOUND, f"unknown service {name[:100]!r}")
+            return
+        self.stream.send(response(status))
+
+    def on_end(self) -> None:
+        if not self.answered:
+            self.stream.finish(3, "no HealthCheckRequest")
+            return
+        self.stream.finish()
+
+    def on_reset(self) -> None:
+        return None

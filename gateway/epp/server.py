@@ -1,0 +1,158 @@
+"""The Endpoint Picker's listener, wired into the gateway app.
+
+``epp.enabled`` adds, beside the HTTP port, an HTTP/2 listener serving two gRPC methods:
+``envoy.service.ext_proc.v3.ExternalProcessor/Process`` (:mod:`gateway.epp.extproc`)
+and ``grpc.health.v1.Health/Check`` (:mod:`gateway.epp.health`). It shares the gateway's
+state: the same models, policies, scrapers, health checks, metrics, admin state and peer
+channel as the proxy, so a request decided here is counted and learned from as one the
+proxy relayed. It starts after the gateway's own start-up and stops before its cleanup;
+on SIGTERM the gateway drains (readiness NOT_SERVING, new requests 503) as it does for
+the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+
+from aiohttp import web
+
+from gateway.api.learning import SampleBudget
+from gateway.api.state import STATE, GatewayState
+from gateway.epp.endpoints import EndpointBook
+from gateway.epp.extproc import ExtProcStream, budget
+from gateway.epp.h2 import H2Connection, Stream, StreamHandler
+from gateway.epp.health import PATH as HEALTH_PATH
+from gateway.epp.health import HealthCheck
+
+log = logging.getLogger(__name__)
+
+PROCESS_PATH = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+_SWEEP_S = 1.0
+
+
+class EppServer:
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.config = state.config.epp
+        self.book = EndpointBook(state.engines)
+        self.connections: set[H2Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._budgets: dict[str, SampleBudget] = {}
+        self.port: int | None = None
+
+    # -- services ---------------------------------------------------------------------
+    def open_stream(self, stream: Stream) -> StreamHandler | None:
+        if stream.path == PROCESS_PATH:
+            return ExtProcStream(self, stream)
+        if stream.path == HEALTH_PATH:
+            return HealthCheck(stream, self.ready)
+        return None
+
+    def ready(self) -> bool:
+        """Can pick: not draining, and every model has an engine with a known address that
+        is healthy."""
+        st = self.state
+        if st.draining:
+            return False
+        now = time.monotonic()
+        return all(
+            any(self.book.address(e.name) and e.healthy(now) for e in mrt.engines.values())
+            for mrt in st.models.values()
+        )
+
+    def sample(self, model: str) -> bool:
+        """Whether to read this answer's body (``epp.observe_per_s`` per model)."""
+        rate = self.config.observe_per_s
+        if rate <= 0:
+            return False
+        b = self._budgets.get(model)
+        if b is None:
+            b = self._budgets[model] = budget(rate)
+        return b.take()
+
+    # -- life -------------------------------------------------------------------------
+    def _connection(self) -> H2Connection:
+        conn = H2Connection(
+            self.open_stream,
+            max_streams=self.config.max_streams,
+            max_message=self.state.config.server.max_body_bytes + (1 << 20),
+            on_close=self.connections.discard,
+        )
+        self.connections.add(conn)
+        return conn
+
+    async def start(self) -> int:
+        cfg = self.config
+        tls = None
+        if cfg.tls_cert and cfg.tls_key:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+            tls.set_alpn_protocols(["h2"])
+        loop = asyncio.get_running_loop()
+        await self.book.resolve()
+        self._server = await loop.create_server(
+            self._connection, cfg.host, cfg.port, ssl=tls, backlog=4096, reuse_address=True
+        )
+        sock = self._server.sockets[0]
+        self.port = int(sock.getsockname()[1])
+        self._tasks.append(loop.create_task(self._sweep()))
+        if self.book.unresolved or any(e.config.endpoint is None for e in self.state.engines):
+            self._tasks.append(loop.create_task(self.book.keep_resolving()))
+        scheme = "grpcs" if tls else "grpc"
+        log.info("EPP (ext_proc) listening on %s://%s:%d", scheme, cfg.host, self.port)
+        return self.port
+
+    async def _sweep(self) -> None:
+        """Once a second: end streams silent past ``message_timeout_s``; close connections
+        idle (no stream) past ``idle_timeout_s``."""
+        cfg = self.config
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                conn.expire(now, cfg.message_timeout_s)
+                if not conn.streams and now - conn.last_activity > cfg.idle_timeout_s:
+                    conn.shutdown()
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        waiting = [c.done for c in self.connections if c.done is not None]
+        if waiting:
+            await asyncio.wait(waiting, timeout=grace_s)
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+
+EPP: web.AppKey[EppServer] = web.AppKey("specgate_epp", EppServer)
+
+
+def attach(app: web.Application) -> None:
+    """Serve the EPP with ``app`` (call after the app's own start-up hooks are added)."""
+
+    server = app[EPP] = EppServer(app[STATE])
+
+    async def start(app: web.Application) -> None:
+        await server.start()
+
+    async def stop(app: web.Application) -> None:
+        await server.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.insert(0, stop)

@@ -75,6 +75,11 @@ class EndpointBook:
         return self._by_address.get(addr.strip())
 
     @property
+    def complete(self) -> bool:
+        """Every engine's address is known."""
+        return len(self._by_engine) == len(self.engines)
+
+    @property
     def unresolved(self) -> list[str]:
         return [n for n in self._names if n not in self._by_engine]
 

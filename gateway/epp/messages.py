@@ -2,10 +2,15 @@
 
 The protobuf classes come from ``xds-protos`` (Envoy's API as generated Python); this
 module is the only one that touches them, and it hands the rest of the EPP plain values.
+The answers on the request path are written field by field (protobuf's wire format is a
+concatenation of fields): building them as protobuf objects cost more than the whole
+routing decision. Field numbers are read from the generated descriptors, and the tests
+parse every answer back with the generated classes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,13 +41,30 @@ RESPONSE_TRAILERS = "response_trailers"
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 
+# The request headers the EPP reads (the rest pass through Envoy untouched).
+WANTED = frozenset(
+    {
+        ":path",
+        ":method",
+        ":status",
+        "content-length",
+        "content-encoding",
+        "x-request-id",
+        "authorization",
+        "x-specgate-route",
+        "traceparent",
+        "tracestate",
+        "baggage",
+    }
+)
+
 
 @dataclass(slots=True)
 class Incoming:
     """One ProcessingRequest, flattened."""
 
     kind: str
-    headers: dict[str, str]  # lower-case names; the last value of a repeated name wins
+    headers: dict[str, str]  # the WANTED ones, lower-case; the last of a repeated name wins
     body: bytes
     end_of_stream: bool
     metadata: dict[str, dict[str, Any]]  # filter metadata, namespace → fields
@@ -59,7 +81,10 @@ def parse(message: bytes) -> Incoming:
     if kind in (REQUEST_HEADERS, RESPONSE_HEADERS):
         h = getattr(req, kind)
         for hv in h.headers.headers:
-            headers[hv.key.lower()] = hv.raw_value.decode("utf-8", "replace") if hv.raw_value else hv.value
+            key = hv.key.lower()
+            if key in WANTED:
+                raw = hv.raw_value
+                headers[key] = raw.decode("utf-8", "replace") if raw else hv.value
         eos = h.end_of_stream
     elif kind in (REQUEST_BODY, RESPONSE_BODY):
         b = getattr(req, kind)
@@ -67,44 +92,100 @@ def parse(message: bytes) -> Incoming:
     elif kind in (REQUEST_TRAILERS, RESPONSE_TRAILERS):
         eos = True
     metadata: dict[str, dict[str, Any]] = {}
-    if req.HasField("metadata_context"):
-        for ns, st in req.metadata_context.filter_metadata.items():
-            metadata[ns] = _struct(st)
-    full_duplex = req.HasField("protocol_config") and req.protocol_config.request_body_mode == FULL_DUPLEX
+    fm = req.metadata_context.filter_metadata
+    if fm:
+        for ns, st in fm.items():
+            out = MessageToDict(st)
+            metadata[ns] = out if isinstance(out, dict) else {}
+    full_duplex = req.protocol_config.request_body_mode == FULL_DUPLEX
     return Incoming(kind, headers, body, eos, metadata, full_duplex)
 
 
-def _struct(st: struct_pb2.Struct) -> dict[str, Any]:
-    out = MessageToDict(st)
-    return out if isinstance(out, dict) else {}
+# -- writing -------------------------------------------------------------------------------
 
 
-def _header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> pb.HeaderMutation:
-    return pb.HeaderMutation(
-        set_headers=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key=k, raw_value=v.encode()),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-            for k, v in set_headers.items()
-        ],
-        remove_headers=list(remove),
-    )
+def _num(cls: Any, name: str) -> int:
+    return int(cls.DESCRIPTOR.fields_by_name[name].number)
 
 
-def _dynamic(endpoints: str, extra: Mapping[str, str]) -> struct_pb2.Struct:
+_PR = pb.ProcessingResponse
+_F_REQ_HEADERS = _num(_PR, "request_headers")
+_F_RESP_HEADERS = _num(_PR, "response_headers")
+_F_REQ_BODY = _num(_PR, "request_body")
+_F_RESP_BODY = _num(_PR, "response_body")
+_F_REQ_TRAILERS = _num(_PR, "request_trailers")
+_F_RESP_TRAILERS = _num(_PR, "response_trailers")
+_F_DYNAMIC = _num(_PR, "dynamic_metadata")
+_F_MODE = _num(_PR, "mode_override")
+_F_RESPONSE = _num(pb.HeadersResponse, "response")
+assert _num(pb.BodyResponse, "response") == _F_RESPONSE
+_F_MUTATION = _num(pb.CommonResponse, "header_mutation")
+_F_BODY_MUTATION = _num(pb.CommonResponse, "body_mutation")
+_F_SET = _num(pb.HeaderMutation, "set_headers")
+_F_REMOVE = _num(pb.HeaderMutation, "remove_headers")
+_F_BODY = _num(pb.BodyMutation, "body")
+_F_HEADER = _num(base_pb2.HeaderValueOption, "header")
+_F_ACTION = _num(base_pb2.HeaderValueOption, "append_action")
+_F_KEY = _num(base_pb2.HeaderValue, "key")
+_F_RAW = _num(base_pb2.HeaderValue, "raw_value")
+
+
+_SMALL = [bytes((i,)) for i in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 128:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited field: a sub-message, a string or bytes (field numbers < 16)."""
+    n = len(payload)
+    return _SMALL[field << 3 | 2] + (_SMALL[n] if n < 128 else _varint(n)) + payload
+
+
+_ACTION = _varint(_F_ACTION << 3) + _varint(int(base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
+
+
+@functools.lru_cache(maxsize=256)
+def _key(key: str) -> bytes:
+    return _ld(_F_KEY, key.encode())
+
+
+def _header_option(key: str, value: str) -> bytes:
+    hv = _key(key) + _ld(_F_RAW, value.encode())
+    return _ld(_F_SET, _ld(_F_HEADER, hv) + _ACTION)
+
+
+def _header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> bytes:
+    """A HeaderMutation's fields: set (overwrite or add) ``set_headers``, remove ``remove``."""
+    out = b"".join(_header_option(k, v) for k, v in set_headers.items())
+    return out + b"".join(_ld(_F_REMOVE, r.encode()) for r in remove)
+
+
+@functools.lru_cache(maxsize=1024)  # endpoints × routes × reasons: few distinct values
+def _dynamic(endpoints: str, route: str, reason: str, engine: str) -> bytes:
     dm = struct_pb2.Struct()
-    dm.update({LB_NAMESPACE: {DESTINATION: endpoints}, "specgate": dict(extra)})
-    return dm
+    tags = {"route": route, "reason": reason}
+    if engine:
+        tags["engine"] = engine
+    dm.update({LB_NAMESPACE: {DESTINATION: endpoints}, "specgate": tags})
+    return _ld(_F_DYNAMIC, bytes(dm.SerializeToString()))
 
 
-CONTINUE_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse()).SerializeToString()
-CONTINUE_BODY = pb.ProcessingResponse(request_body=pb.BodyResponse()).SerializeToString()
-CONTINUE_RESPONSE_HEADERS = pb.ProcessingResponse(response_headers=pb.HeadersResponse()).SerializeToString()
-CONTINUE_RESPONSE_BODY = pb.ProcessingResponse(response_body=pb.BodyResponse()).SerializeToString()
+CONTINUE_HEADERS = _ld(_F_REQ_HEADERS, b"")
+CONTINUE_BODY = _ld(_F_REQ_BODY, b"")
+CONTINUE_RESPONSE_HEADERS = _ld(_F_RESP_HEADERS, b"")
+CONTINUE_RESPONSE_BODY = _ld(_F_RESP_BODY, b"")
 CONTINUE_TRAILERS = {
-    REQUEST_TRAILERS: pb.ProcessingResponse(request_trailers=pb.TrailersResponse()).SerializeToString(),
-    RESPONSE_TRAILERS: pb.ProcessingResponse(response_trailers=pb.TrailersResponse()).SerializeToString(),
+    REQUEST_TRAILERS: _ld(_F_REQ_TRAILERS, b""),
+    RESPONSE_TRAILERS: _ld(_F_RESP_TRAILERS, b""),
 }
 
 
@@ -118,21 +199,16 @@ def routed(
     new_length: bool = False,
 ) -> bytes:
     """The answer that routes the request: the destination header (plus ``headers``) on the
-    request, the same endpoints in ``envoy.lb`` dynamic metadata, the body replaced when
-    ``body`` is given (``new_length``: it is replaced in a later message). ``phase``: the
-    message it answers (request headers or body)."""
+    request, the same endpoints in ``envoy.lb`` dynamic metadata (and the route under
+    ``specgate``), the body replaced when ``body`` is given (``new_length``: it is replaced
+    in a later message). ``phase``: the message it answers (request headers or body)."""
     drop = ("content-length", "content-encoding") if body is not None or new_length else ()
-    mutation = _header_mutation({DESTINATION: endpoints, **headers}, drop)
-    common = pb.CommonResponse(header_mutation=mutation)
+    common = _ld(_F_MUTATION, _header_mutation({DESTINATION: endpoints, **headers}, drop))
     if body is not None:
-        common.body_mutation.body = body
-    if phase == REQUEST_HEADERS:
-        common.clear_route_cache = False
-        resp = pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=common))
-    else:
-        resp = pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
-    resp.dynamic_metadata.CopyFrom(_dynamic(endpoints, tags))
-    return bytes(resp.SerializeToString())
+        common += _ld(_F_BODY_MUTATION, _ld(_F_BODY, body))
+    field = _F_REQ_HEADERS if phase == REQUEST_HEADERS else _F_REQ_BODY
+    dynamic = _dynamic(endpoints, tags.get("route", ""), tags.get("reason", ""), tags.get("engine", ""))
+    return _ld(field, _ld(_F_RESPONSE, common)) + dynamic
 
 
 def full_duplex_chunk(body: bytes, end: bool) -> bytes:
@@ -143,18 +219,22 @@ def full_duplex_chunk(body: bytes, end: bool) -> bytes:
     return bytes(pb.ProcessingResponse(request_body=pb.BodyResponse(response=common)).SerializeToString())
 
 
+_READ_BODY = _ld(
+    _F_MODE,
+    bytes(
+        processing_mode_pb2.ProcessingMode(
+            response_body_mode=processing_mode_pb2.ProcessingMode.STREAMED
+        ).SerializeToString()
+    ),
+)
+
+
 def response_headers(headers: Mapping[str, str], *, read_body: bool) -> bytes:
     """Add ``headers`` to the client's response; ``read_body`` switches the response body
     on for this request (streamed to the EPP chunk by chunk: the client's stream is not
     held back)."""
-    resp = pb.ProcessingResponse(
-        response_headers=pb.HeadersResponse(
-            response=pb.CommonResponse(header_mutation=_header_mutation(headers))
-        )
-    )
-    if read_body:
-        resp.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
-    return bytes(resp.SerializeToString())
+    out = _ld(_F_RESP_HEADERS, _ld(_F_RESPONSE, _ld(_F_MUTATION, _header_mutation(headers))))
+    return out + _READ_BODY if read_body else out
 
 
 def immediate(err: ApiError, headers: Mapping[str, str]) -> bytes:
@@ -163,7 +243,7 @@ def immediate(err: ApiError, headers: Mapping[str, str]) -> bytes:
     resp = pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=err.status),
-            headers=_header_mutation(hdrs),
+            headers=pb.HeaderMutation.FromString(_header_mutation(hdrs)),
             body=json.dumps(err.body()).encode(),
             details=f"specgate_{err.code or err.type}"[:64],
         )

@@ -186,6 +186,8 @@ def model_view(mrt: ModelRuntime, book: EndpointBook, subset: frozenset[str] | N
     """The model as the policy sees it; engines outside Envoy's subset hint, or whose
     address is not known, count as down."""
     view = mrt.view(now)
+    if subset is None and book.complete:
+        return view
     allowed = subset if subset is not None else frozenset(a for e in mrt.engines if (a := book.address(e)))
     return dataclasses.replace(
         view,

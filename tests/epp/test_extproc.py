@@ -1,0 +1,388 @@
+"""The Endpoint Picker's ext_proc service, driven as Envoy drives it, by a real gRPC client.
+
+The gateway app runs with ``epp.enabled`` in front of an emulated pair; the client is
+grpc.aio with Envoy's generated ``ExternalProcessor`` stub, sending each phase of a
+request and waiting for its answer, as Envoy's ext_proc filter does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from aiohttp.test_utils import TestServer
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pbg
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gateway.api.app import build_app
+from gateway.api.state import STATE
+from gateway.config import GatewayConfig
+from gateway.emulator.launch import EmulatorGroup
+from gateway.epp import extproc
+from gateway.epp.server import EPP
+from tests.conftest import gateway_config_for
+
+TIMEOUT_S = 10.0
+
+
+def _hv(k: str, v: str) -> base_pb2.HeaderValue:
+    return base_pb2.HeaderValue(key=k, raw_value=v.encode())
+
+
+def request_headers(
+    path: str = "/v1/chat/completions",
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+    *,
+    eos: bool = False,
+    subset: list[str] | None = None,
+    full_duplex: bool = False,
+) -> pb.ProcessingRequest:
+    hs = [_hv(":path", path), _hv(":method", method), _hv(":authority", "gw"), _hv(":scheme", "http")]
+    hs += [_hv(k, v) for k, v in (headers or {}).items()]
+    req = pb.ProcessingRequest(
+        request_headers=pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=hs), end_of_stream=eos)
+    )
+    if subset is not None:
+        st = struct_pb2.Struct()
+        st.update({"x-gateway-destination-endpoint-subset": subset})
+        req.metadata_context.filter_metadata["envoy.lb.subset_hint"].CopyFrom(st)
+    if full_duplex:
+        req.protocol_config.request_body_mode = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+    return req
+
+
+def request_body(body: dict[str, Any] | bytes, *, eos: bool = True) -> pb.ProcessingRequest:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=raw, end_of_stream=eos))
+
+
+def response_headers(status: int = 200, served: str | None = None) -> pb.ProcessingRequest:
+    req = pb.ProcessingRequest(
+        response_headers=pb.HttpHeaders(
+            headers=base_pb2.HeaderMap(headers=[_hv(":status", str(status))]), end_of_stream=False
+        )
+    )
+    if served is not None:
+        st = struct_pb2.Struct()
+        st.update({"x-gateway-destination-endpoint-served": served})
+        req.metadata_context.filter_metadata["envoy.lb"].CopyFrom(st)
+    return req
+
+
+def response_body(data: bytes, *, eos: bool) -> pb.ProcessingRequest:
+    return pb.ProcessingRequest(response_body=pb.HttpBody(body=data, end_of_stream=eos))
+
+
+def chat(model: str = "qwen3-8b", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "Repeat: a b c d e f"}], **extra}
+
+
+def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
+    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
+
+
+@dataclass
+class Epp:
+    channel: grpc.aio.Channel
+    app: Any
+    addr: dict[str, str]  # engine name -> ip:port
+
+    @property
+    def state(self) -> Any:
+        return self.app[STATE]
+
+    @asynccontextmanager
+    async def call(self) -> AsyncIterator[Call]:
+        stub = pbg.ExternalProcessorStub(self.channel)
+        c = Call(stub.Process())
+        try:
+            yield c
+        finally:
+            c.raw.cancel()
+
+
+class Call:
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    async def ask(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        async with asyncio.timeout(TIMEOUT_S):
+            await self.raw.write(req)
+            resp = await self.raw.read()
+        assert resp is not grpc.aio.EOF
+        return resp
+
+    async def send(self, req: pb.ProcessingRequest) -> None:
+        async with asyncio.timeout(TIMEOUT_S):
+            await self.raw.write(req)
+
+    async def read(self) -> pb.ProcessingResponse:
+        async with asyncio.timeout(TIMEOUT_S):
+            resp = await self.raw.read()
+        assert resp is not grpc.aio.EOF
+        return resp
+
+    async def end(self) -> grpc.StatusCode:
+        """Half-close as Envoy does when the response ended; the server's status."""
+        async with asyncio.timeout(TIMEOUT_S):
+            await self.raw.done_writing()
+            code: grpc.StatusCode = await self.raw.code()
+        return code
+
+
+@asynccontextmanager
+async def running(config: GatewayConfig) -> AsyncIterator[Epp]:
+    app = build_app(config)
+    server = TestServer(app)
+    await server.start_server()
+    epp = app[EPP]
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{epp.port}")
+    try:
+        addr = {e.name: epp.book.address(e.name) for e in app[STATE].engines}
+        yield Epp(channel, app, addr)
+    finally:
+        await channel.close()
+        await server.close()
+
+
+@pytest.fixture
+async def epp(pair_config: Callable[..., GatewayConfig]) -> AsyncIterator[Epp]:
+    async with running(pair_config(**{"epp.enabled": True, "epp.port": 0})) as e:
+        yield e
+
+
+def _engine(e: Epp, name: str) -> Any:
+    return next(x for x in e.state.engines if x.name == name)
+
+
+async def test_a_chat_request_is_routed_with_header_metadata_and_the_engines_model_name(epp: Epp) -> None:
+    async with epp.call() as c:
+        r1 = await c.ask(request_headers(headers={"x-request-id": "rid-1"}))
+        assert r1.WhichOneof("response") == "request_headers"
+        assert not r1.request_headers.response.header_mutation.set_headers  # CONTINUE: wait for the body
+        r2 = await c.ask(request_body(chat(temperature=0.0, max_tokens=8)))
+        assert r2.WhichOneof("response") == "request_body"
+        hs = set_headers(r2.request_body.response.header_mutation)
+        dest = hs["x-gateway-destination-endpoint"]
+        first = dest.split(",")[0]
+        assert first in epp.addr.values()
+        engine = next(n for n, a in epp.addr.items() if a == first)
+        assert hs["x-request-id"] == "rid-1"
+        md = MessageToDict(r2.dynamic_metadata)
+        assert md["envoy.lb"]["x-gateway-destination-endpoint"] == dest
+        assert md["specgate"]["engine"] == engine
+        # The engines serve the model as qwen3-8b-spec / -base: the body is rewritten.
+        new = json.loads(r2.request_body.response.body_mutation.body)
+        assert new["model"] == _engine(epp, engine).config.served_model_name
+        assert "content-length" in r2.request_body.response.header_mutation.remove_headers
+        # The request holds a slot on its engine until Envoy ends the stream.
+        assert _engine(epp, engine).inflight == 1
+        assert epp.state.inflight == 1
+        r3 = await c.ask(response_headers(200, served=first))
+        added = set_headers(r3.response_headers.response.header_mutation)
+        assert added["x-specgate-route"] == md["specgate"]["route"]
+        assert added["x-specgate-reason"] == md["specgate"]["reason"]
+        assert added["x-request-id"] == "rid-1"
+        assert await c.end() == grpc.StatusCode.OK
+    assert _engine(epp, engine).inflight == 0
+    assert epp.state.inflight == 0
+
+
+async def test_refused_parameters_never_reach_the_spec_engine_and_have_no_fallback(epp: Epp) -> None:
+    for extra in ({"min_p": 0.2}, {"logit_bias": {"42": 5}}):
+        async with epp.call() as c:
+            await c.ask(request_headers())
+            r = await c.ask(request_body(chat(temperature=0.0, **extra)))
+            dest = set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+            assert dest == epp.addr["base0"], extra  # the plain engine alone: no spec fallback
+            assert MessageToDict(r.dynamic_metadata)["specgate"]["reason"] == "refused_params"
+
+
+async def test_errors_are_immediate_openai_responses(pair_config: Callable[..., GatewayConfig]) -> None:
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0, "server.api_keys": ["client-key-1"]})
+    async with running(cfg) as e:
+        cases = [
+            ({}, chat(), 401, "invalid_api_key"),
+            ({"authorization": "Bearer client-key-1"}, chat("no-such-model"), 404, "model_not_found"),
+            ({"authorization": "Bearer client-key-1"}, chat(temperature=7), 400, None),
+            ({"authorization": "Bearer client-key-1"}, b"{not json", 400, None),
+        ]
+        for headers, body, status, code in cases:
+            async with e.call() as c:
+                await c.ask(request_headers(headers=headers))
+                r = await c.ask(request_body(body))
+                assert r.WhichOneof("response") == "immediate_response", (status, r)
+                ir = r.immediate_response
+                assert ir.status.code == status
+                err = json.loads(ir.body)["error"]
+                assert set(err) == {"message", "type", "param", "code"}
+                if code is not None:
+                    assert err["code"] == code
+                hs = set_headers(ir.headers)
+                assert hs["content-type"] == "application/json"
+        assert e.state.inflight == 0
+        assert all(x.inflight == 0 for x in e.state.engines)
+
+
+async def test_concurrency_limit_sheds_with_429(pair_config: Callable[..., GatewayConfig]) -> None:
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0, "server.max_concurrency": 1})
+    async with running(cfg) as e, e.call() as held:
+        await held.ask(request_headers())
+        await held.ask(request_body(chat()))
+        async with e.call() as c:
+            await c.ask(request_headers())
+            r = await c.ask(request_body(chat()))
+            assert r.immediate_response.status.code == 429
+            assert set_headers(r.immediate_response.headers)["retry-after"] == "1"
+        assert await held.end() == grpc.StatusCode.OK
+        async with e.call() as c:  # the slot is free again
+            await c.ask(request_headers())
+            r = await c.ask(request_body(chat()))
+            assert r.WhichOneof("response") == "request_body"
+
+
+async def test_subset_hint_is_honoured(epp: Epp) -> None:
+    async with epp.call() as c:
+        await c.ask(request_headers(subset=[epp.addr["base0"]]))
+        r = await c.ask(request_body(chat(temperature=0.0)))
+        assert (
+            set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+            == (epp.addr["base0"])
+        )
+    async with epp.call() as c:
+        await c.ask(request_headers(subset=["10.9.9.9:1"]))
+        r = await c.ask(request_body(chat()))
+        assert r.immediate_response.status.code == 503
+
+
+async def test_a_request_that_is_not_an_inference_goes_to_the_plain_engine(epp: Epp) -> None:
+    async with epp.call() as c:
+        r = await c.ask(request_headers("/v1/models", "GET", eos=True))
+        hs = set_headers(r.request_headers.response.header_mutation)
+        assert hs["x-gateway-destination-endpoint"] == epp.addr["base0"]
+        r2 = await c.ask(response_headers(200))
+        assert r2.WhichOneof("response") == "response_headers"
+        assert await c.end() == grpc.StatusCode.OK
+
+
+async def test_envoy_served_the_sibling_so_the_request_counts_there(same_name_pair: EmulatorGroup) -> None:
+    cfg = gateway_config_for(
+        same_name_pair,
+        **{
+            "epp.enabled": True,
+            "epp.port": 0,
+            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
+            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
+        },
+    )
+    async with running(cfg) as epp, epp.call() as c:
+        await c.ask(request_headers())
+        r = await c.ask(request_body(chat(temperature=0.0)))
+        dest = set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+        parts = dest.split(",")
+        assert len(parts) == 2  # the sibling is allowed as fallback
+        first = next(n for n, a in epp.addr.items() if a == parts[0])
+        second = next(n for n, a in epp.addr.items() if a == parts[1])
+        assert not r.request_body.response.HasField("body_mutation")  # the same name: no rewrite
+        await c.ask(response_headers(200, served=parts[1]))
+        assert _engine(epp, second).inflight == 1
+        assert _engine(epp, first).inflight == 0
+        await c.end()
+        assert _engine(epp, second).inflight == 0
+
+
+async def test_a_sampled_answer_is_read_and_teaches_the_policy(
+    epp: Epp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    done = asyncio.Event()
+
+    def record(model: Any, features: Any, decision: Any, obs: Any, **kw: Any) -> None:
+        seen.append(obs)
+        done.set()
+
+    async def record_lookup(model: Any, features: Any, decision: Any, obs: Any, *a: Any, **kw: Any) -> None:
+        record(model, features, decision, obs)
+
+    monkeypatch.setattr(extproc, "observe", record)
+    monkeypatch.setattr(extproc, "learn_with_lookup", record_lookup)
+    events = [
+        {"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hello", " there", " friend")
+    ] + [{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}]
+    sse = b"".join(b"data: " + json.dumps(ev).encode() + b"\n\n" for ev in events) + b"data: [DONE]\n\n"
+    async with epp.call() as c:
+        await c.ask(request_headers())
+        await c.ask(request_body(chat(stream=True, temperature=0.0)))
+        r = await c.ask(response_headers(200))
+        assert r.mode_override.response_body_mode == processing_mode_pb2.ProcessingMode.STREAMED
+        # chunks cut mid-event, as the network cuts them
+        for i, piece in enumerate((sse[:30], sse[30:100], sse[100:])):
+            rb = await c.ask(response_body(piece, eos=i == 2))
+            assert rb.WhichOneof("response") == "response_body"
+        assert await c.end() == grpc.StatusCode.OK
+    async with asyncio.timeout(TIMEOUT_S):
+        await done.wait()
+    obs = seen[0]
+    assert obs.ok and obs.complete
+    assert obs.harvest.completion_tokens == 3
+    assert obs.harvest.content_events == 3
+    assert obs.first_token_at is not None and obs.last_token_at >= obs.first_token_at
+
+
+async def test_a_stream_cut_by_envoy_releases_its_slot(epp: Epp) -> None:
+    async with epp.call() as c:
+        await c.ask(request_headers())
+        await c.ask(request_body(chat()))
+        assert epp.state.inflight == 1
+        c.raw.cancel()
+    async with asyncio.timeout(TIMEOUT_S):
+        while epp.state.inflight:  # the server sees the RST_STREAM on its own loop turn
+            await asyncio.sleep(0)
+    assert all(x.inflight == 0 for x in epp.state.engines)
+
+
+async def test_full_duplex_mode_answers_headers_after_the_whole_body(epp: Epp) -> None:
+    async with epp.call() as c:
+        await c.send(request_headers(full_duplex=True))
+        await c.send(request_body(b'{"model": "qwen3-8b", "messages": [{"role": "user",', eos=False))
+        await c.send(request_body(b' "content": "hi"}], "temperature": 0}', eos=True))
+        r1 = await c.read()
+        assert r1.WhichOneof("response") == "request_headers"
+        hs = set_headers(r1.request_headers.response.header_mutation)
+        assert hs["x-gateway-destination-endpoint"].split(",")[0] in epp.addr.values()
+        r2 = await c.read()
+        sr = r2.request_body.response.body_mutation.streamed_response
+        assert sr.end_of_stream
+        assert json.loads(sr.body)["model"].startswith("qwen3-8b-")
+
+
+async def test_health_follows_readiness_and_draining(epp: Epp) -> None:
+    stub = health_pb2_grpc.HealthStub(epp.channel)
+    serving = health_pb2.HealthCheckResponse.SERVING
+    for name in ("", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
+        r = await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=TIMEOUT_S)
+        assert r.status == serving, name
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=TIMEOUT_S)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    epp.state.draining = True
+    r = await stub.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=TIMEOUT_S)
+    assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    r = await stub.Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=TIMEOUT_S)
+    assert r.status == serving
+    async with epp.call() as c:  # draining: new requests get 503
+        await c.ask(request_headers())
+        r2 = await c.ask(request_body(chat()))
+        assert r2.immediate_response.status.code == 503

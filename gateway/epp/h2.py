@@ -156,6 +156,7 @@ class Stream:
         if self.finished:
             return
         self.finished = True
+        self.handler = None  # on_reset is not called after finish, even if the trailers wait
         block = literal("grpc-status", str(status))
         if message:
             block += literal("grpc-message", quote(message[:200], safe=" !#$&'()*+,/:;=?@[]~"))
@@ -169,13 +170,17 @@ class Stream:
             self.conn.stream_done(self)
 
     def _data(self, payload: bytes, flags: int) -> None:
-        if self._pending or not self.conn.try_reserve(self, len(payload)):
-            self._pending.append((payload, flags))
+        if not self._pending and self.conn.try_reserve(self, len(payload)):
+            self.conn.write_data(self.id, payload, flags)  # the common case: the window has room
             return
-        self.conn.write_data(self.id, payload, flags)
+        self._pending.append((payload, flags))
+        if len(self._pending) == 1:
+            self.flush_pending()  # what the window has room for goes now
 
     def flush_pending(self) -> None:
-        """Send what waited for the peer's window, in order, as far as it allows."""
+        """Send what waited for the peer's window, in order, as far as it allows: a payload
+        larger than the window goes in parts, since a peer may grant more window only once
+        it has received what the last grant allowed (gRPC C-core and Envoy do)."""
         while self._pending:
             payload, flags = self._pending[0]
             if flags == -1:  # trailers
@@ -183,7 +188,11 @@ class Stream:
                 self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, payload))
                 self.conn.stream_done(self)
                 return
-            if not self.conn.try_reserve(self, len(payload)):
+            n = self.conn.reserve_some(self, len(payload))
+            if n < len(payload):
+                if n > 0:
+                    self._pending[0] = (payload[n:], flags)
+                    self.conn.write_data(self.id, payload[:n], 0)
                 return
             self._pending.pop(0)
             self.conn.write_data(self.id, payload, flags)
@@ -191,6 +200,8 @@ class Stream:
     # -- receiving ---------------------------------------------------------------------
     def feed(self, data: bytes, max_message: int) -> None:
         self.last_activity = time.monotonic()
+        if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
+            return
         buf = self._buf
         buf += data
         while len(buf) >= 5 and not self.finished:
@@ -342,6 +353,13 @@ class H2Connection(asyncio.Protocol):
         self.send_window -= n
         stream.send_window -= n
         return True
+
+    def reserve_some(self, stream: Stream, n: int) -> int:
+        """Reserve up to ``n`` bytes of both send windows: how many (0 when either is spent)."""
+        n = max(0, min(n, self.send_window, stream.send_window))
+        self.send_window -= n
+        stream.send_window -= n
+        return n
 
     def write_data(self, sid: int, payload: bytes, flags: int) -> None:
         step = self.peer_max_frame
@@ -550,6 +568,8 @@ class H2Connection(asyncio.Protocol):
             self.write(_frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
             return
         s = Stream(self, sid, fields)
+        # half-closed (remote) already: a stream finished below needs no RST_STREAM
+        s.remote_closed = self._header_end_stream
         self.streams[sid] = s
         method = s.header(":method")
         ctype = s.header("content-type") or ""
@@ -571,7 +591,8 @@ class H2Connection(asyncio.Protocol):
     def _remote_end(self, s: Stream) -> None:
         s.remote_closed = True
         if s.finished:
-            self.streams.pop(s.id, None)
+            if not s._pending:  # else its trailers wait for window: stream_done forgets it
+                self.streams.pop(s.id, None)
             return
         if s.handler is not None:
             try:

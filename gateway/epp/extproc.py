@@ -24,7 +24,7 @@ from gateway.epp import messages as m
 from gateway.epp.observe import Observed
 from gateway.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
 from gateway.wire.errors import ApiError
-from gateway.wire.headers import REASON, REQUEST_ID, ROUTE, request_id
+from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, request_id
 
 if TYPE_CHECKING:
     from gateway.epp.h2 import Stream
@@ -227,7 +227,12 @@ class ExtProcStream:
             obs.reading = True
             self.collect = bool(p.parsed.prompt_text) and self.st.lookup_budget(p.model.name).take()
             obs.harvest.collect_text = self.collect
-        added = {ROUTE: p.decision.route.value, REASON: str(p.decision.reason), REQUEST_ID: p.rid}
+        added = {
+            ROUTE: engine.route.value,
+            REASON: str(p.decision.reason) if engine is p.chosen else "failover",
+            ENGINE: engine.name,
+            REQUEST_ID: p.rid,
+        }
         self.stream.send(m.response_headers(added, read_body=read))
 
     def _observe_chunk(self, chunk: bytes, end: bool) -> None:

@@ -71,6 +71,11 @@ class Picked:
     released: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def chosen(self) -> EngineRuntime:
+        """The engine the decision named (``engine`` is where Envoy served it)."""
+        return self.model.engines[self.decision.engine]
+
     def move_to(self, engine: EngineRuntime) -> None:
         """Envoy served it on ``engine`` (it went down the endpoint list): count it there."""
         if engine is self.engine or self.released:

@@ -199,6 +199,7 @@ async def test_a_chat_request_is_routed_with_header_metadata_and_the_engines_mod
         assert added["x-specgate-route"] == md["specgate"]["route"]
         assert added["x-specgate-reason"] == md["specgate"]["reason"]
         assert added["x-request-id"] == "rid-1"
+        assert added["x-specgate-engine"] == engine
         assert await c.end() == grpc.StatusCode.OK
     assert _engine(epp, engine).inflight == 0
     assert epp.state.inflight == 0
@@ -300,7 +301,10 @@ async def test_envoy_served_the_sibling_so_the_request_counts_there(same_name_pa
         first = next(n for n, a in epp.addr.items() if a == parts[0])
         second = next(n for n, a in epp.addr.items() if a == parts[1])
         assert not r.request_body.response.HasField("body_mutation")  # the same name: no rewrite
-        await c.ask(response_headers(200, served=parts[1]))
+        r3 = await c.ask(response_headers(200, served=parts[1]))
+        added = set_headers(r3.response_headers.response.header_mutation)
+        assert added["x-specgate-engine"] == second
+        assert added["x-specgate-reason"] == "failover"  # as the proxy says of a retry on the sibling
         assert _engine(epp, second).inflight == 1
         assert _engine(epp, first).inflight == 0
         await c.end()

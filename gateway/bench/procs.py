@@ -146,7 +146,7 @@ async def write_envoy_config(
 ) -> dict[str, Any]:
     """Write, and return, the bootstrap of an Envoy in front of the gateway whose config is
     at ``gateway_config_path`` (its EPP enabled): what ``specgate envoy-config`` prints
-    (:func:`gateway.epp.envoy_config.envoy_config`), listening on 127.0.0.1:``listen_port``,
+    (:func:`gateway.envoy.bootstrap.envoy_config`), listening on 127.0.0.1:``listen_port``,
     admin on 127.0.0.1:``admin_port``, the EPP at the config's ``epp.host:epp.port``, failing
     closed (no answer from specgate: 500, never a silent route to the plain engine). Run as
     the command, not imported: the benchmark stays below the EPP in the package layering."""

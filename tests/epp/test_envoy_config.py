@@ -1,4 +1,4 @@
-"""gateway.epp.envoy_config: the Envoy bootstrap ``specgate envoy-config`` prints, checked as
+"""gateway.envoy.bootstrap: the Envoy bootstrap ``specgate envoy-config`` prints, checked as
 data, by ``envoy --mode validate``, and by real Envoy processes in front of tiny upstreams
 (no specgate): fail-open lands on the plain engines (priority 0), fail-closed answers 500,
 an override-host pick of a priority-1 engine is honoured, a retry goes down the picked
@@ -29,7 +29,7 @@ from aiohttp import web
 from gateway.cli import main as cli_main
 from gateway.config import GatewayConfig, load_config
 from gateway.config.loader import DEFAULT_CONFIG_NAME
-from gateway.epp.envoy_config import (
+from gateway.envoy.bootstrap import (
     DESTINATION,
     ENGINES_CLUSTER,
     EPP_CLUSTER,
@@ -518,40 +518,34 @@ async def test_a_stand_in_epp_is_obeyed_through_metadata_and_hears_who_served(tm
     header and metadata; Envoy obeys it, strips a client's own pick header, hands a 2 MiB
     body to the EPP whole, and reports the engine that served with the response headers."""
     import grpc
-    from envoy.config.core.v3 import base_pb2
-    from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-    from google.protobuf import struct_pb2
+
+    from gateway.envoy import messages as m
+    from gateway.envoy.protowire import ld, struct_bytes
 
     pick: dict[str, Any] = {}
     served: list[str] = []
     bodies: list[int] = []
 
-    class StandIn(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-        async def Process(self, requests: Any, context: Any) -> AsyncIterator[Any]:
-            async for req in requests:
-                kind = req.WhichOneof("request")
-                if kind == "request_headers":
-                    yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
-                elif kind == "request_body":
-                    bodies.append(len(req.request_body.body))
-                    mutation = pb.HeaderMutation()
-                    if pick["header"]:
-                        value = base_pb2.HeaderValue(key=DESTINATION, raw_value=pick["to"].encode())
-                        mutation.set_headers.append(base_pb2.HeaderValueOption(header=value))
-                    metadata = struct_pb2.Struct()
-                    metadata.update({LB_NAMESPACE: {DESTINATION: pick["to"]}})
-                    yield pb.ProcessingResponse(
-                        request_body=pb.BodyResponse(response=pb.CommonResponse(header_mutation=mutation)),
-                        dynamic_metadata=metadata,
-                    )
-                elif kind == "response_headers":
-                    lb = req.metadata_context.filter_metadata[LB_NAMESPACE]
-                    served.append(lb.fields[SERVED].string_value)
-                    yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+    async def process(requests: Any, context: Any) -> AsyncIterator[bytes]:
+        async for raw in requests:
+            inc = m.parse(raw)
+            if inc.kind == m.REQUEST_HEADERS:
+                yield m.CONTINUE_HEADERS
+            elif inc.kind == m.REQUEST_BODY:
+                bodies.append(len(inc.body))
+                mutation = m.header_mutation({DESTINATION: pick["to"]} if pick["header"] else {})
+                metadata = ld(8, struct_bytes({LB_NAMESPACE: {DESTINATION: pick["to"]}}))
+                yield ld(3, ld(1, ld(2, mutation))) + metadata
+            elif inc.kind == m.RESPONSE_HEADERS:
+                served.append(inc.metadata[LB_NAMESPACE][SERVED])
+                yield m.CONTINUE_RESPONSE_HEADERS
 
+    handler = grpc.stream_stream_rpc_method_handler(process)  # bytes in, bytes out
+    service = grpc.method_handlers_generic_handler(
+        "envoy.service.ext_proc.v3.ExternalProcessor", {"Process": handler}
+    )
     server = grpc.aio.server()
-    pb_grpc.add_ExternalProcessorServicer_to_server(StandIn(), server)
+    server.add_generic_rpc_handlers((service,))
     epp_port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

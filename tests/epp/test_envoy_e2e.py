@@ -22,11 +22,11 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.app import build_app
+from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup, RunningEngine
-from gateway.epp.envoy_config import envoy_config
-from gateway.epp.server import EPP
+from gateway.envoy.bootstrap import envoy_config
 from tests.conftest import gateway_config_for
 from tests.epp.envoy_proc import Envoy, needs_envoy, run_envoy
 

@@ -21,82 +21,33 @@ import aiohttp
 import grpc
 import pytest
 from aiohttp.test_utils import TestServer
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pbg
-from google.protobuf import struct_pb2
-from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.app import build_app
+from gateway.api.epp import extproc
+from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup
-from gateway.epp import extproc
-from gateway.epp.server import EPP
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from tests.conftest import gateway_config_for
+from tests.epp.extproc_wire import (
+    STREAMED,
+    Response,
+    parse_response,
+    process_call,
+    request_body,
+    request_headers,
+    response_body,
+    response_headers,
+)
 
 TIMEOUT_S = 10.0
 
 
-def _hv(k: str, v: str) -> base_pb2.HeaderValue:
-    return base_pb2.HeaderValue(key=k, raw_value=v.encode())
-
-
-def request_headers(
-    path: str = "/v1/chat/completions",
-    method: str = "POST",
-    headers: dict[str, str] | None = None,
-    *,
-    eos: bool = False,
-    subset: list[str] | None = None,
-    full_duplex: bool = False,
-) -> pb.ProcessingRequest:
-    hs = [_hv(":path", path), _hv(":method", method), _hv(":authority", "gw"), _hv(":scheme", "http")]
-    hs += [_hv(k, v) for k, v in (headers or {}).items()]
-    req = pb.ProcessingRequest(
-        request_headers=pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=hs), end_of_stream=eos)
-    )
-    if subset is not None:
-        st = struct_pb2.Struct()
-        st.update({"x-gateway-destination-endpoint-subset": subset})
-        req.metadata_context.filter_metadata["envoy.lb.subset_hint"].CopyFrom(st)
-    if full_duplex:
-        req.protocol_config.request_body_mode = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
-    return req
-
-
-def request_body(body: dict[str, Any] | bytes, *, eos: bool = True) -> pb.ProcessingRequest:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return pb.ProcessingRequest(request_body=pb.HttpBody(body=raw, end_of_stream=eos))
-
-
-def response_headers(status: int = 200, served: str | None = None) -> pb.ProcessingRequest:
-    req = pb.ProcessingRequest(
-        response_headers=pb.HttpHeaders(
-            headers=base_pb2.HeaderMap(headers=[_hv(":status", str(status))]), end_of_stream=False
-        )
-    )
-    if served is not None:
-        st = struct_pb2.Struct()
-        st.update({"x-gateway-destination-endpoint-served": served})
-        req.metadata_context.filter_metadata["envoy.lb"].CopyFrom(st)
-    return req
-
-
-def response_body(data: bytes, *, eos: bool) -> pb.ProcessingRequest:
-    return pb.ProcessingRequest(response_body=pb.HttpBody(body=data, end_of_stream=eos))
-
-
 def chat(model: str = "qwen3-8b", **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "Repeat: a b c d e f"}], **extra}
-
-
-def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
-    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
 
 
 @dataclass
@@ -112,8 +63,7 @@ class Epp:
 
     @asynccontextmanager
     async def call(self) -> AsyncIterator[Call]:
-        stub = pbg.ExternalProcessorStub(self.channel)
-        c = Call(stub.Process())
+        c = Call(process_call(self.channel))
         try:
             yield c
         finally:
@@ -124,22 +74,22 @@ class Call:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
 
-    async def ask(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+    async def ask(self, req: bytes) -> Response:
         async with asyncio.timeout(TIMEOUT_S):
             await self.raw.write(req)
             resp = await self.raw.read()
         assert resp is not grpc.aio.EOF
-        return resp
+        return parse_response(resp)
 
-    async def send(self, req: pb.ProcessingRequest) -> None:
+    async def send(self, req: bytes) -> None:
         async with asyncio.timeout(TIMEOUT_S):
             await self.raw.write(req)
 
-    async def read(self) -> pb.ProcessingResponse:
+    async def read(self) -> Response:
         async with asyncio.timeout(TIMEOUT_S):
             resp = await self.raw.read()
         assert resp is not grpc.aio.EOF
-        return resp
+        return parse_response(resp)
 
     async def end(self) -> grpc.StatusCode:
         """Half-close as Envoy does when the response ended; the server's status."""
@@ -177,28 +127,28 @@ def _engine(e: Epp, name: str) -> Any:
 async def test_a_chat_request_is_routed_with_header_metadata_and_the_engines_model_name(epp: Epp) -> None:
     async with epp.call() as c:
         r1 = await c.ask(request_headers(headers={"x-request-id": "rid-1"}))
-        assert r1.WhichOneof("response") == "request_headers"
-        assert not r1.request_headers.response.header_mutation.set_headers  # CONTINUE: wait for the body
+        assert r1.kind == "request_headers"
+        assert not r1.set_headers  # CONTINUE: wait for the body
         r2 = await c.ask(request_body(chat(temperature=0.0, max_tokens=8)))
-        assert r2.WhichOneof("response") == "request_body"
-        hs = set_headers(r2.request_body.response.header_mutation)
+        assert r2.kind == "request_body"
+        hs = r2.set_headers
         dest = hs["x-gateway-destination-endpoint"]
         first = dest.split(",")[0]
         assert first in epp.addr.values()
         engine = next(n for n, a in epp.addr.items() if a == first)
         assert hs["x-request-id"] == "rid-1"
-        md = MessageToDict(r2.dynamic_metadata)
+        md = r2.dynamic_metadata
         assert md["envoy.lb"]["x-gateway-destination-endpoint"] == dest
         assert md["specgate"]["engine"] == engine
         # The engines serve the model as qwen3-8b-spec / -base: the body is rewritten.
-        new = json.loads(r2.request_body.response.body_mutation.body)
+        new = json.loads(r2.body or b"")
         assert new["model"] == _engine(epp, engine).config.served_model_name
-        assert "content-length" in r2.request_body.response.header_mutation.remove_headers
+        assert "content-length" in r2.remove_headers
         # The request holds a slot on its engine until Envoy ends the stream.
         assert _engine(epp, engine).inflight == 1
         assert epp.state.inflight == 1
         r3 = await c.ask(response_headers(200, served=first))
-        added = set_headers(r3.response_headers.response.header_mutation)
+        added = r3.set_headers
         assert added["x-specgate-route"] == md["specgate"]["route"]
         assert added["x-specgate-reason"] == md["specgate"]["reason"]
         assert added["x-request-id"] == "rid-1"
@@ -213,9 +163,9 @@ async def test_refused_parameters_never_reach_the_spec_engine_and_have_no_fallba
         async with epp.call() as c:
             await c.ask(request_headers())
             r = await c.ask(request_body(chat(temperature=0.0, **extra)))
-            dest = set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+            dest = r.set_headers["x-gateway-destination-endpoint"]
             assert dest == epp.addr["base0"], extra  # the plain engine alone: no spec fallback
-            assert MessageToDict(r.dynamic_metadata)["specgate"]["reason"] == "refused_params"
+            assert r.dynamic_metadata["specgate"]["reason"] == "refused_params"
 
 
 async def test_errors_are_immediate_openai_responses(pair_config: Callable[..., GatewayConfig]) -> None:
@@ -231,14 +181,13 @@ async def test_errors_are_immediate_openai_responses(pair_config: Callable[..., 
             async with e.call() as c:
                 await c.ask(request_headers(headers=headers))
                 r = await c.ask(request_body(body))
-                assert r.WhichOneof("response") == "immediate_response", (status, r)
-                ir = r.immediate_response
-                assert ir.status.code == status
-                err = json.loads(ir.body)["error"]
+                assert r.kind == "immediate_response", (status, r)
+                assert r.status == status
+                err = json.loads(r.immediate_body)["error"]
                 assert set(err) == {"message", "type", "param", "code"}
                 if code is not None:
                     assert err["code"] == code
-                hs = set_headers(ir.headers)
+                hs = r.set_headers
                 assert hs["content-type"] == "application/json"
         assert e.state.inflight == 0
         assert all(x.inflight == 0 for x in e.state.engines)
@@ -252,36 +201,33 @@ async def test_concurrency_limit_sheds_with_429(pair_config: Callable[..., Gatew
         async with e.call() as c:
             await c.ask(request_headers())
             r = await c.ask(request_body(chat()))
-            assert r.immediate_response.status.code == 429
-            assert set_headers(r.immediate_response.headers)["retry-after"] == "1"
+            assert r.status == 429
+            assert r.set_headers["retry-after"] == "1"
         assert await held.end() == grpc.StatusCode.OK
         async with e.call() as c:  # the slot is free again
             await c.ask(request_headers())
             r = await c.ask(request_body(chat()))
-            assert r.WhichOneof("response") == "request_body"
+            assert r.kind == "request_body"
 
 
 async def test_subset_hint_is_honoured(epp: Epp) -> None:
     async with epp.call() as c:
         await c.ask(request_headers(subset=[epp.addr["base0"]]))
         r = await c.ask(request_body(chat(temperature=0.0)))
-        assert (
-            set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
-            == (epp.addr["base0"])
-        )
+        assert r.set_headers["x-gateway-destination-endpoint"] == (epp.addr["base0"])
     async with epp.call() as c:
         await c.ask(request_headers(subset=["10.9.9.9:1"]))
         r = await c.ask(request_body(chat()))
-        assert r.immediate_response.status.code == 503
+        assert r.status == 503
 
 
 async def test_a_request_that_is_not_an_inference_goes_to_the_plain_engine(epp: Epp) -> None:
     async with epp.call() as c:
         r = await c.ask(request_headers("/v1/models", "GET", eos=True))
-        hs = set_headers(r.request_headers.response.header_mutation)
+        hs = r.set_headers
         assert hs["x-gateway-destination-endpoint"] == epp.addr["base0"]
         r2 = await c.ask(response_headers(200))
-        assert r2.WhichOneof("response") == "response_headers"
+        assert r2.kind == "response_headers"
         assert await c.end() == grpc.StatusCode.OK
 
 
@@ -298,14 +244,14 @@ async def test_envoy_served_the_sibling_so_the_request_counts_there(same_name_pa
     async with running(cfg) as epp, epp.call() as c:
         await c.ask(request_headers())
         r = await c.ask(request_body(chat(temperature=0.0)))
-        dest = set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+        dest = r.set_headers["x-gateway-destination-endpoint"]
         parts = dest.split(",")
         assert len(parts) == 2  # the sibling is allowed as fallback
         first = next(n for n, a in epp.addr.items() if a == parts[0])
         second = next(n for n, a in epp.addr.items() if a == parts[1])
-        assert not r.request_body.response.HasField("body_mutation")  # the same name: no rewrite
+        assert r.body is None  # the same name: no rewrite
         r3 = await c.ask(response_headers(200, served=parts[1]))
-        added = set_headers(r3.response_headers.response.header_mutation)
+        added = r3.set_headers
         assert added["x-specgate-engine"] == second
         assert added["x-specgate-reason"] == "failover"  # as the proxy says of a retry on the sibling
         assert _engine(epp, second).inflight == 1
@@ -337,11 +283,11 @@ async def test_a_sampled_answer_is_read_and_teaches_the_policy(
         await c.ask(request_headers())
         await c.ask(request_body(chat(stream=True, temperature=0.0)))
         r = await c.ask(response_headers(200))
-        assert r.mode_override.response_body_mode == processing_mode_pb2.ProcessingMode.STREAMED
+        assert r.response_body_mode == STREAMED
         # chunks cut mid-event, as the network cuts them
         for i, piece in enumerate((sse[:30], sse[30:100], sse[100:])):
             rb = await c.ask(response_body(piece, eos=i == 2))
-            assert rb.WhichOneof("response") == "response_body"
+            assert rb.kind == "response_body"
         assert await c.end() == grpc.StatusCode.OK
     async with asyncio.timeout(TIMEOUT_S):
         await done.wait()
@@ -369,13 +315,14 @@ async def test_full_duplex_mode_answers_headers_after_the_whole_body(epp: Epp) -
         await c.send(request_body(b'{"model": "qwen3-8b", "messages": [{"role": "user",', eos=False))
         await c.send(request_body(b' "content": "hi"}], "temperature": 0}', eos=True))
         r1 = await c.read()
-        assert r1.WhichOneof("response") == "request_headers"
-        hs = set_headers(r1.request_headers.response.header_mutation)
+        assert r1.kind == "request_headers"
+        hs = r1.set_headers
         assert hs["x-gateway-destination-endpoint"].split(",")[0] in epp.addr.values()
         r2 = await c.read()
-        sr = r2.request_body.response.body_mutation.streamed_response
-        assert sr.end_of_stream
-        assert json.loads(sr.body)["model"].startswith("qwen3-8b-")
+        assert r2.streamed is not None
+        body, end = r2.streamed
+        assert end
+        assert json.loads(body)["model"].startswith("qwen3-8b-")
 
 
 async def test_health_follows_readiness_and_draining(epp: Epp) -> None:
@@ -395,7 +342,7 @@ async def test_health_follows_readiness_and_draining(epp: Epp) -> None:
     async with epp.call() as c:  # draining: new requests get 503
         await c.ask(request_headers())
         r2 = await c.ask(request_body(chat()))
-        assert r2.immediate_response.status.code == 503
+        assert r2.status == 503
 
 
 async def test_metrics_and_admin_state_count_what_the_epp_routed(
@@ -460,11 +407,10 @@ async def test_the_epp_serves_over_tls(
     creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
     channel = grpc.aio.secure_channel(f"127.0.0.1:{app[EPP].port}", creds)
     try:
-        stub = pbg.ExternalProcessorStub(channel)
-        c = Call(stub.Process())
+        c = Call(process_call(channel))
         await c.ask(request_headers())
         r = await c.ask(request_body(chat(min_p=0.5)))
-        assert set_headers(r.request_body.response.header_mutation)["x-gateway-destination-endpoint"]
+        assert r.set_headers["x-gateway-destination-endpoint"]
         assert await c.end() == grpc.StatusCode.OK
     finally:
         await channel.close()

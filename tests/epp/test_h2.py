@@ -1,13 +1,13 @@
-"""The EPP's HTTP/2 server (:mod:`gateway.epp.h2`) and its HPACK helpers (:mod:`gateway.epp.hpack_cache`).
+"""The EPP's HTTP/2 server (:mod:`gateway.envoy.h2`) and its HPACK helpers (:mod:`gateway.envoy.hpack_cache`).
 
 Three layers:
 
 - a real gRPC client (``grpc.aio``, C-core's HTTP/2) against :class:`H2Connection` served on
   a loopback socket, with small test services (echo, unary, answer-later, failing ones) and
-  the real ``grpc.health.v1`` client against :class:`gateway.epp.health.HealthCheck`;
+  the real ``grpc.health.v1`` client against :class:`gateway.envoy.health.HealthCheck`;
 - raw frames: :class:`H2Connection` driven through a fake transport that collects what it
   writes (no socket, no waiting), the frames built and parsed here by hand;
-- :mod:`gateway.epp.hpack_cache` against the ``hpack`` package's encoder and decoder.
+- :mod:`gateway.envoy.hpack_cache` against the ``hpack`` package's encoder and decoder.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import hpack
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.epp import h2, health
-from gateway.epp.h2 import (
+from gateway.envoy import h2, health
+from gateway.envoy.h2 import (
     ACK,
     CANCEL,
     COMPRESSION_ERROR,
@@ -56,8 +56,8 @@ from gateway.epp.h2 import (
     Stream,
     StreamHandler,
 )
-from gateway.epp.health import HealthCheck
-from gateway.epp.hpack_cache import HeaderDecoder, HpackError, changes_table, literal
+from gateway.envoy.health import HealthCheck
+from gateway.envoy.hpack_cache import HeaderDecoder, HpackError, changes_table, literal
 
 TIMEOUT_S = 10.0
 MAX_MESSAGE = 2 * 1024 * 1024

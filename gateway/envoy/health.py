@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.epp.h2 import Stream
+from gateway.envoy.h2 import Stream
 
 UNKNOWN, SERVING, NOT_SERVING = 0, 1, 2
 GRPC_NOT_FOUND = 5

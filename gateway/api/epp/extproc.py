@@ -1,10 +1,10 @@
 """One ext_proc stream: one client request as Envoy shows it to the Endpoint Picker.
 
 Envoy sends the request's headers, then (BUFFERED) its whole body; the EPP answers the body
-with the engine's address (:mod:`gateway.epp.pick`), or with an immediate error response.
+with the engine's address (:mod:`gateway.api.epp.pick`), or with an immediate error response.
 Then come the response headers (the route headers are added; the body is switched on for
 the answers it samples) and, where switched on, the response body chunk by chunk
-(:mod:`gateway.epp.observe`). Envoy ends the stream when the response ends: the request
+(:mod:`gateway.api.epp.observe`). Envoy ends the stream when the response ends: the request
 then releases its slots, reports its telemetry and, when its body was read, teaches the
 policy. With the filter in FULL_DUPLEX_STREAMED mode the headers' answer waits for the
 whole body, and the body goes back in one piece.
@@ -15,20 +15,20 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import DecodeError
 from multidict import CIMultiDict
 
 from gateway.api.body import check_content_encoding, decoded, parse_body, parse_inline
+from gateway.api.epp.observe import Observed
+from gateway.api.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
 from gateway.api.learning import SampleBudget, learn_with_lookup, observe, wants_lookup
-from gateway.epp import messages as m
-from gateway.epp.observe import Observed
-from gateway.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
+from gateway.envoy import messages as m
+from gateway.envoy.protowire import ProtoError
 from gateway.wire.errors import ApiError
 from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, request_id
 
 if TYPE_CHECKING:
-    from gateway.epp.h2 import Stream
-    from gateway.epp.server import EppServer
+    from gateway.api.epp.server import EppServer
+    from gateway.envoy.h2 import Stream
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _INLINE_BYTES = 256 * 1024  # larger (or encoded) bodies are decoded and parsed 
 
 
 class ExtProcStream:
-    """The :class:`~gateway.epp.h2.StreamHandler` of one ``ExternalProcessor/Process`` call."""
+    """The :class:`~gateway.envoy.h2.StreamHandler` of one ``ExternalProcessor/Process`` call."""
 
     def __init__(self, server: EppServer, stream: Stream) -> None:
         self.server = server
@@ -59,7 +59,7 @@ class ExtProcStream:
     def on_message(self, message: bytes) -> None:
         try:
             inc = m.parse(message)
-        except DecodeError:
+        except ProtoError:
             self.stream.abort(3, "undecodable ProcessingRequest")
             return
         kind = inc.kind

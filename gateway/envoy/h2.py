@@ -10,7 +10,7 @@ server does only what a gRPC server needs from HTTP/2 (RFC 9113), synchronously 
 - the connection preface and SETTINGS (acknowledged; the peer's initial window and maximum
   frame size are applied), PING (answered), GOAWAY (no new streams; closes when idle),
   WINDOW_UPDATE (both directions), RST_STREAM, PRIORITY (ignored), unknown frames (ignored);
-- HEADERS + CONTINUATION decoded by HPACK (:mod:`gateway.epp.hpack_cache`), PADDED and
+- HEADERS + CONTINUATION decoded by HPACK (:mod:`gateway.envoy.hpack_cache`), PADDED and
   PRIORITY flags, a bound on the header block;
 - DATA split into length-prefixed gRPC messages (uncompressed only), each handed to the
   stream's handler as bytes; the handler answers with :meth:`Stream.send` and ends the
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 from urllib.parse import quote
 
-from gateway.epp.hpack_cache import STATUS_200, HeaderDecoder, HpackError, literal
+from gateway.envoy.hpack_cache import STATUS_200, HeaderDecoder, HpackError, literal
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The Endpoint Picker's listener, wired into the gateway app.
 
 ``epp.enabled`` adds, beside the HTTP port, an HTTP/2 listener serving two gRPC methods:
-``envoy.service.ext_proc.v3.ExternalProcessor/Process`` (:mod:`gateway.epp.extproc`)
-and ``grpc.health.v1.Health/Check`` (:mod:`gateway.epp.health`). It shares the gateway's
+``envoy.service.ext_proc.v3.ExternalProcessor/Process`` (:mod:`gateway.api.epp.extproc`)
+and ``grpc.health.v1.Health/Check`` (:mod:`gateway.envoy.health`). It shares the gateway's
 state: the same models, policies, scrapers, health checks, metrics, admin state and peer
 channel as the proxy, so a request decided here is counted and learned from as one the
 proxy relayed. It starts after the gateway's own start-up and stops before its cleanup;
@@ -20,13 +20,13 @@ import time
 
 from aiohttp import web
 
+from gateway.api.epp.endpoints import EndpointBook
+from gateway.api.epp.extproc import ExtProcStream, budget
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
-from gateway.epp.endpoints import EndpointBook
-from gateway.epp.extproc import ExtProcStream, budget
-from gateway.epp.h2 import H2Connection, Stream, StreamHandler
-from gateway.epp.health import PATH as HEALTH_PATH
-from gateway.epp.health import HealthCheck
+from gateway.envoy.h2 import H2Connection, Stream, StreamHandler
+from gateway.envoy.health import PATH as HEALTH_PATH
+from gateway.envoy.health import HealthCheck
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from multidict import CIMultiDict
 
 from gateway.api.auth import check_client, check_model_access
 from gateway.api.completions import overloaded, tell_decided
+from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
 from gateway.api.state import GatewayState
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
-from gateway.epp.endpoints import EndpointBook
 from gateway.proxy.body import splice_model
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy

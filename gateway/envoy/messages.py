@@ -1,0 +1,219 @@
+"""The ext_proc messages the Endpoint Picker reads and writes.
+
+Reading: a ``ProcessingRequest`` flattened into :class:`Incoming` (which phase, the request
+headers the EPP uses, the body, Envoy's metadata). Writing: the few ``ProcessingResponse``
+shapes the EPP answers with. Both go through :mod:`.protowire`; field numbers are those of
+Envoy's ``envoy/service/ext_proc/v3/external_processor.proto`` (v3, the one the Endpoint
+Picker protocol names) and its imports, given by name below.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.envoy.protowire import LEN, VARINT, fields, ld, struct_bytes, struct_value, uint
+from gateway.wire.errors import ApiError
+
+DESTINATION = "x-gateway-destination-endpoint"
+SERVED = "x-gateway-destination-endpoint-served"
+SUBSET = "x-gateway-destination-endpoint-subset"
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+
+# ProcessingRequest / ProcessingResponse: the phase's field number. The request numbers its
+# phases from 2, the response from 1.
+REQUEST_HEADERS = "request_headers"
+RESPONSE_HEADERS = "response_headers"
+REQUEST_BODY = "request_body"
+RESPONSE_BODY = "response_body"
+REQUEST_TRAILERS = "request_trailers"
+RESPONSE_TRAILERS = "response_trailers"
+PHASES = (REQUEST_HEADERS, RESPONSE_HEADERS, REQUEST_BODY, RESPONSE_BODY, REQUEST_TRAILERS, RESPONSE_TRAILERS)
+_IN_PHASE = {i + 2: name for i, name in enumerate(PHASES)}
+_OUT_PHASE = {name: i + 1 for i, name in enumerate(PHASES)}
+_IN_METADATA, _IN_PROTOCOL = 8, 11  # ProcessingRequest.metadata_context, .protocol_config
+_OUT_IMMEDIATE, _OUT_DYNAMIC, _OUT_MODE = 7, 8, 9  # ProcessingResponse fields
+
+# ProcessingMode.BodySendMode
+STREAMED, BUFFERED, FULL_DUPLEX_STREAMED = 1, 2, 4
+_MODE_RESPONSE_BODY = 4  # ProcessingMode.response_body_mode
+
+# The request headers the EPP reads (the rest pass through Envoy untouched).
+WANTED = frozenset(
+    {
+        ":path",
+        ":method",
+        ":status",
+        "content-length",
+        "content-encoding",
+        "x-request-id",
+        "authorization",
+        "x-specgate-route",
+        "traceparent",
+        "tracestate",
+        "baggage",
+    }
+)
+
+
+@dataclass(slots=True)
+class Incoming:
+    """One ProcessingRequest, flattened."""
+
+    kind: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # the WANTED ones, lower-case
+    body: bytes = b""
+    end_of_stream: bool = False
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace → fields
+    full_duplex: bool = False  # the filter streams the request body both ways
+
+
+def parse(message: bytes) -> Incoming:
+    """Decode a ProcessingRequest (raises :class:`~gateway.envoy.protowire.ProtoError`)."""
+    inc = Incoming()
+    for num, wire, value in fields(message):
+        if wire != LEN:
+            continue
+        kind = _IN_PHASE.get(num)
+        if kind is not None:
+            inc.kind = kind
+            if kind in (REQUEST_HEADERS, RESPONSE_HEADERS):
+                _headers(value, inc)  # HttpHeaders{headers = 1 HeaderMap, end_of_stream = 3}
+            elif kind in (REQUEST_BODY, RESPONSE_BODY):
+                for f, w, v in fields(value):  # HttpBody{body = 1, end_of_stream = 2}
+                    if f == 1 and w == LEN:
+                        inc.body = v
+                    elif f == 2 and w == VARINT:
+                        inc.end_of_stream = bool(v)
+            else:
+                inc.end_of_stream = True
+        elif num == _IN_METADATA:  # Metadata{filter_metadata = 1: map<string, Struct>}
+            for f, w, entry in fields(value):
+                if f == 1 and w == LEN:
+                    ns, st = "", b""
+                    for ef, ew, ev in fields(entry):
+                        if ef == 1 and ew == LEN:
+                            ns = ev.decode("utf-8", "replace")
+                        elif ef == 2 and ew == LEN:
+                            st = ev
+                    inc.metadata[ns] = struct_value(st)
+        elif num == _IN_PROTOCOL:  # ProtocolConfiguration{request_body_mode = 1}
+            for f, w, v in fields(value):
+                if f == 1 and w == VARINT:
+                    inc.full_duplex = v == FULL_DUPLEX_STREAMED
+    return inc
+
+
+def _headers(buf: bytes, inc: Incoming) -> None:
+    for f, w, v in fields(buf):
+        if f == 1 and w == LEN:  # HeaderMap{headers = 1: HeaderValue{key = 1, value = 2, raw_value = 3}}
+            for hf, hw, hv in fields(v):
+                if hf == 1 and hw == LEN:
+                    key = value = ""
+                    for kf, kw, kv in fields(hv):
+                        if kw != LEN:
+                            continue
+                        if kf == 1:
+                            key = kv.decode("latin-1").lower()
+                        elif kf in (2, 3) and kv:
+                            value = kv.decode("utf-8", "replace")
+                    if key in WANTED:
+                        inc.headers[key] = value
+        elif f == 3 and w == VARINT:
+            inc.end_of_stream = bool(v)
+
+
+# -- writing -------------------------------------------------------------------------------
+# CommonResponse{header_mutation = 2, body_mutation = 3}; HeaderMutation{set_headers = 1,
+# remove_headers = 2}; HeaderValueOption{header = 1, append_action = 3};
+# BodyMutation{body = 1, streamed_response = 3}; StreamedBodyResponse{body = 1, end_of_stream = 2};
+# HeadersResponse / BodyResponse{response = 1}; ImmediateResponse{status = 1 HttpStatus{code = 1},
+# headers = 2, body = 3, details = 5}.
+_OVERWRITE_IF_EXISTS_OR_ADD = 2
+_ACTION = uint(3, _OVERWRITE_IF_EXISTS_OR_ADD)
+
+
+@functools.lru_cache(maxsize=256)
+def _key(key: str) -> bytes:
+    return ld(1, key.encode())
+
+
+def _header_option(key: str, value: str) -> bytes:
+    return ld(1, ld(1, _key(key) + ld(3, value.encode())) + _ACTION)
+
+
+def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> bytes:
+    """A HeaderMutation's fields: set (overwrite or add) ``set_headers``, remove ``remove``."""
+    out = b"".join(_header_option(k, v) for k, v in set_headers.items())
+    return out + b"".join(ld(2, r.encode()) for r in remove)
+
+
+@functools.lru_cache(maxsize=1024)  # endpoints × routes × reasons: few distinct values
+def _dynamic(endpoints: str, route: str, reason: str, engine: str) -> bytes:
+    tags = {"route": route, "reason": reason}
+    if engine:
+        tags["engine"] = engine
+    return ld(_OUT_DYNAMIC, struct_bytes({LB_NAMESPACE: {DESTINATION: endpoints}, "specgate": tags}))
+
+
+CONTINUE = {name: ld(_OUT_PHASE[name], b"") for name in PHASES}
+CONTINUE_HEADERS = CONTINUE[REQUEST_HEADERS]
+CONTINUE_BODY = CONTINUE[REQUEST_BODY]
+CONTINUE_RESPONSE_HEADERS = CONTINUE[RESPONSE_HEADERS]
+CONTINUE_RESPONSE_BODY = CONTINUE[RESPONSE_BODY]
+CONTINUE_TRAILERS = {name: CONTINUE[name] for name in (REQUEST_TRAILERS, RESPONSE_TRAILERS)}
+
+
+def routed(
+    phase: str,
+    endpoints: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    tags: Mapping[str, str],
+    *,
+    new_length: bool = False,
+) -> bytes:
+    """The answer that routes the request: the destination header (plus ``headers``) on the
+    request, the same endpoints in ``envoy.lb`` dynamic metadata (and the route under
+    ``specgate``), the body replaced when ``body`` is given (``new_length``: it is replaced
+    in a later message). ``phase``: the message it answers (request headers or body)."""
+    drop = ("content-length", "content-encoding") if body is not None or new_length else ()
+    common = ld(2, header_mutation({DESTINATION: endpoints, **headers}, drop))
+    if body is not None:
+        common += ld(3, ld(1, body))
+    dynamic = _dynamic(endpoints, tags.get("route", ""), tags.get("reason", ""), tags.get("engine", ""))
+    return ld(_OUT_PHASE[phase], ld(1, common)) + dynamic
+
+
+def full_duplex_chunk(body: bytes, end: bool) -> bytes:
+    """FULL_DUPLEX_STREAMED: a piece of the request body sent back (``end``: the last)."""
+    streamed = ld(1, body) + (uint(2, 1) if end else b"")
+    return ld(_OUT_PHASE[REQUEST_BODY], ld(1, ld(3, ld(3, streamed))))
+
+
+_READ_BODY = ld(_OUT_MODE, uint(_MODE_RESPONSE_BODY, STREAMED))
+
+
+def response_headers(headers: Mapping[str, str], *, read_body: bool) -> bytes:
+    """Add ``headers`` to the client's response; ``read_body`` switches the response body
+    on for this request (streamed to the EPP chunk by chunk: the client's stream is not
+    held back)."""
+    out = ld(_OUT_PHASE[RESPONSE_HEADERS], ld(1, ld(2, header_mutation(headers))))
+    return out + _READ_BODY if read_body else out
+
+
+def immediate(err: ApiError, headers: Mapping[str, str]) -> bytes:
+    """An OpenAI-shaped error answered by Envoy itself: the request reaches no engine."""
+    hdrs = {"content-type": "application/json", **{k.lower(): v for k, v in err.headers.items()}, **headers}
+    details = f"specgate_{err.code or err.type}"[:64]
+    ir = (
+        ld(1, uint(1, err.status))
+        + ld(2, header_mutation(hdrs))
+        + ld(3, json.dumps(err.body()).encode())
+        + ld(5, details.encode())
+    )
+    return ld(_OUT_IMMEDIATE, ir)

@@ -4,7 +4,7 @@ Services, as the Endpoint Picker protocol names them: ``liveness`` (the process 
 ``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (it can pick: not
 draining, and every model has an engine it knows the address of and holds healthy), and
 "" (the server overall: as readiness). The two messages are one string and one enum, so
-they are read and written by hand (protobuf wire format) rather than through generated code.
+they are read and written with :mod:`.protowire`, like the ext_proc messages.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.envoy.h2 import Stream
+from gateway.envoy.protowire import LEN, ProtoError, fields
 
 UNKNOWN, SERVING, NOT_SERVING = 0, 1, 2
 GRPC_NOT_FOUND = 5
@@ -23,39 +24,14 @@ PATH = "/grpc.health.v1.Health/Check"
 
 def service_name(message: bytes) -> str | None:
     """HealthCheckRequest.service (field 1, a string); None if the message is malformed."""
-    pos, n, name = 0, len(message), ""
-    while pos < n:
-        tag, pos = _varint(message, pos)
-        if tag is None:
-            return None
-        field, wire = tag >> 3, tag & 7
-        if wire == 2:
-            length, pos = _varint(message, pos)
-            if length is None or pos + length > n:
-                return None
-            if field == 1:
-                try:
-                    name = message[pos : pos + length].decode()
-                except UnicodeDecodeError:
-                    return None
-            pos += length
-        elif wire == 0:
-            _, pos = _varint(message, pos)
-        else:
-            return None
+    name = ""
+    try:
+        for field, wire, value in fields(message):
+            if field == 1 and wire == LEN:
+                name = value.decode()
+    except (ProtoError, UnicodeDecodeError):
+        return None
     return name
-
-
-def _varint(data: bytes, pos: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    return None, pos
 
 
 def response(status: int) -> bytes:

@@ -27,7 +27,7 @@ class ProtoError(ValueError):
 # -- reading --------------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     n = len(buf)
     while pos < n:
@@ -47,15 +47,15 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     the fixed types (little-endian, undecoded)."""
     pos, n = 0, len(buf)
     while pos < n:
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         field, wire = key >> 3, key & 7
         if field == 0:
             raise ProtoError("field number 0")
         if wire == VARINT:
-            value, pos = _varint(buf, pos)
+            value, pos = read_varint(buf, pos)
             yield field, wire, value
         elif wire == LEN:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             end = pos + length
             if end > n:
                 raise ProtoError("truncated length-delimited field")

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""CPU per request of specgate's Endpoint Picker, in process: no sockets, no Envoy.
+
+Feeds one HTTP/2 connection of the EPP (``gateway.envoy.h2``) the bytes Envoy's ext_proc
+client sends for each request: a stream's HEADERS, then the ProcessingRequests of the
+request headers, the whole body and the response headers, then END_STREAM, as Envoy does
+when the response ends. The gateway state is the one ``specgate serve --epp-port`` runs
+(models, policy, telemetry on), its engines never contacted. Prints the CPU per request
+(the thread's CPU time over ``--requests`` streams, after a warm-up), the figure to set
+against the proxy's own in-process figure (``overhead_cpu.py``).
+
+    python loadtests/epp_cpu.py [--policy always-base] [--stream] [--requests 3000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import hpack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.api.app import build_app
+from gateway.api.epp.server import EPP
+from gateway.config import load_config
+from gateway.envoy import h2
+from gateway.telemetry import build_telemetry
+from tests.epp.extproc_wire import request_body, request_headers, response_headers
+
+GRPC_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+    (":authority", "specgate_epp"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+    ("grpc-timeout", "10000m"),
+    ("x-envoy-internal", "true"),
+]
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def _message(payload: bytes) -> bytes:
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+async def run(args: argparse.Namespace) -> float:
+    overrides = {
+        "epp.enabled": True,
+        "epp.port": 0,
+        "scrape.enabled": False,
+        "models.0.pairs.0.spec.url": "http://127.0.0.2:9",
+        "models.0.pairs.0.base.url": "http://127.0.0.1:9",
+        "models.0.routing.policy": args.policy,
+    }
+    cfg = load_config(None, env={}, overrides=overrides)
+    app = build_app(cfg, telemetry=build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models]))
+    conn = h2.H2Connection(app[EPP].open_stream)
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    # As Envoy: large windows, so what the EPP sends never waits for a WINDOW_UPDATE.
+    window = (1 << 31) - 1
+    settings = h2._frame(h2.SETTINGS, 0, 0, h2._settings_payload({h2.INITIAL_WINDOW_SIZE: window}))
+    grant = h2._frame(h2.WINDOW_UPDATE, 0, 0, (window - 65_535).to_bytes(4, "big"))
+    conn.data_received(h2.PREFACE + settings + grant)
+    encoder = hpack.Encoder()
+    body = {
+        "model": "qwen3-8b",
+        "messages": [{"role": "user", "content": "Summarise: " + "the quick brown fox " * 20}],
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "stream": args.stream,
+    }
+    phases = [_message(request_headers()), _message(request_body(body)), _message(response_headers(200))]
+    sid = 1
+    total_cpu = 0.0
+    prof = cProfile.Profile() if args.profile else None
+    for i in range(args.warmup + args.requests):
+        block = encoder.encode(GRPC_HEADERS)
+        frames = [h2._frame(h2.HEADERS, h2.END_HEADERS, sid, block)]
+        frames += [h2._frame(h2.DATA, 0, sid, p) for p in phases]
+        frames.append(h2._frame(h2.DATA, h2.END_STREAM, sid, b""))
+        measured = i >= args.warmup
+        if prof is not None and measured:
+            prof.enable()
+        t0 = time.thread_time()
+        for f in frames:  # one read per message, as Envoy's arrive
+            conn.data_received(f)
+        if measured:
+            total_cpu += time.thread_time() - t0
+        if prof is not None and measured:
+            prof.disable()
+        transport.out.clear()
+        sid += 2
+    assert not conn.streams, "streams left open"
+    if prof is not None:
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+    return total_cpu / args.requests
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", default="always-base", help="routing policy (default always-base)")
+    ap.add_argument("--stream", action="store_true", help="streamed requests (the body's stream: true)")
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of the measured requests")
+    args = ap.parse_args()
+    us = asyncio.run(run(args)) * 1e6
+    print(json.dumps({"policy": args.policy, "stream": args.stream, "cpu_us_per_request": round(us, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -184,10 +184,17 @@ def _header_option(key: str, value: str) -> bytes:
     return ld(1, ld(1, _key(key) + ld(3, value.encode())) + _ACTION)
 
 
+# Headers whose values repeat (endpoints, routes, reasons, engines): their encoding is kept.
+_REPEATING = frozenset({DESTINATION, "x-specgate-route", "x-specgate-reason", "x-specgate-engine"})
+_cached_option = functools.lru_cache(maxsize=4096)(_header_option)
+
+
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> bytes:
     """A HeaderMutation's fields: set (overwrite or add) ``set_headers``, remove ``remove``."""
-    out = b"".join(_header_option(k, v) for k, v in set_headers.items())
-    return out + b"".join(ld(2, r.encode()) for r in remove)
+    out = b"".join(
+        (_cached_option if k in _REPEATING else _header_option)(k, v) for k, v in set_headers.items()
+    )
+    return out + b"".join(ld(2, r.encode()) for r in remove) if remove else out
 
 
 @functools.lru_cache(maxsize=1024)  # endpoints × routes × reasons: few distinct values

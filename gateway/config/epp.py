@@ -34,7 +34,9 @@ class EppConfig(BaseModel):
         60.0,
         gt=0.0,
         le=86_400.0,
-        description="a stream that sends no message this long (a request body never finished) is ended",
+        description="a stream that owes a message (its request not yet routed: a body never finished) "
+        "and sends none this long is ended; a routed request's stream lasts as long as its response "
+        "(the request's slot is released after its model's timeouts.total_s)",
     )
     tls_cert: str | None = Field(None, description="PEM certificate: serve the EPP over TLS (ALPN h2)")
     tls_key: str | None = Field(None, description="PEM private key for tls_cert")

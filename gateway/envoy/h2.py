@@ -101,6 +101,13 @@ class StreamHandler(Protocol):
         timeout): release what it holds. Not called after :meth:`Stream.finish`."""
         ...
 
+    @property
+    def awaiting(self) -> bool:
+        """The handler waits for the peer's next message: silence past the message timeout
+        ends the stream (:meth:`H2Connection.expire`). False while the peer may rightly stay
+        silent (an ext_proc stream between the routing and the response's end)."""
+        ...
+
 
 # A service: given the new stream, its handler (None: the path is not served).
 Services = Callable[["Stream"], "StreamHandler | None"]
@@ -403,8 +410,14 @@ class H2Connection(asyncio.Protocol):
             self.close()
 
     def expire(self, now: float, message_timeout_s: float) -> None:
-        """End the streams that sent nothing for ``message_timeout_s``."""
-        for s in [s for s in self.streams.values() if now - s.last_activity > message_timeout_s]:
+        """End the streams whose handler waits for a message that has not come for
+        ``message_timeout_s``."""
+        late = [
+            s
+            for s in self.streams.values()
+            if now - s.last_activity > message_timeout_s and (s.handler is None or s.handler.awaiting)
+        ]
+        for s in late:
             s.abort(GRPC_DEADLINE_EXCEEDED, f"no message for {message_timeout_s:g} s")
         self._flush()
 

@@ -72,3 +72,7 @@ class HealthCheck:
 
     def on_reset(self) -> None:
         return None
+
+    @property
+    def awaiting(self) -> bool:
+        return not self.answered

@@ -415,3 +415,35 @@ async def test_the_epp_serves_over_tls(
     finally:
         await channel.close()
         await server.close()
+
+
+async def test_a_routed_stream_may_stay_silent_but_its_slot_is_bounded(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    """Before routing, a stream that owes its body is ended after ``epp.message_timeout_s``;
+    after, the stream lasts as long as the response (ending it would cut the client's
+    answer), and the slot is released past the model's ``timeouts.total_s``."""
+    cfg = pair_config(
+        **{"epp.enabled": True, "epp.port": 0, "epp.message_timeout_s": 5, "models.0.timeouts.total_s": 30}
+    )
+    async with running(cfg) as e, e.call() as routed, e.call() as waiting:
+        await routed.ask(request_headers())
+        await routed.ask(request_body(chat()))
+        await waiting.ask(request_headers())  # its body never comes
+        server = e.app[EPP]
+        (conn,) = server.connections
+        later = max(s.last_activity for s in conn.streams.values()) + 10
+        conn.expire(later, 5)
+        assert len(conn.streams) == 1  # the waiting one ended, the routed one stays
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await waiting.read()
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        (stream,) = conn.streams.values()
+        assert e.state.inflight == 1
+        assert not stream.handler.overdue(later)  # within total_s
+        assert stream.handler.overdue(later + 60)  # past it: the slot goes, the stream stays
+        assert e.state.inflight == 0 and all(x.inflight == 0 for x in e.state.engines)
+        assert len(conn.streams) == 1
+        await routed.ask(response_headers(200))
+        assert await routed.end() == grpc.StatusCode.OK  # ends normally, counted once
+        assert e.state.inflight == 0

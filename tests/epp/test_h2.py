@@ -81,6 +81,7 @@ class Recorder:
     messages: list[bytes] = field(default_factory=list)
     ended: bool = False
     resets: int = 0
+    awaiting: bool = True  # expire() may end it when silent
 
     def on_message(self, message: bytes) -> None:
         self.messages.append(message)
@@ -94,6 +95,8 @@ class Recorder:
 
 class Echo:
     """``/test.Echo/Chat``: echoes each message; finishes when the client half-closes."""
+
+    awaiting = True  # expire() may end it when silent
 
     def __init__(self, svc: TestServices, stream: Stream) -> None:
         self.svc, self.stream = svc, stream
@@ -112,6 +115,8 @@ class Echo:
 class Unary:
     """``/test.Echo/Unary``: answers ``b"unary:" + request`` once the request is complete."""
 
+    awaiting = True  # expire() may end it when silent
+
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.request = b""
@@ -129,6 +134,8 @@ class Unary:
 
 class Later:
     """``/test.Echo/Later``: answers from a task, only once ``svc.release`` is set."""
+
+    awaiting = True  # expire() may end it when silent
 
     def __init__(self, svc: TestServices, stream: Stream) -> None:
         self.svc, self.stream = svc, stream
@@ -155,6 +162,8 @@ class Later:
 class Boom:
     """``/test.Echo/Boom``: raises on every message."""
 
+    awaiting = True  # expire() may end it when silent
+
     def __init__(self, svc: TestServices) -> None:
         self.svc = svc
 
@@ -170,6 +179,8 @@ class Boom:
 
 class Fail:
     """``/test.Echo/Fail``: the request is ``b"<code>|<details>"``; finishes with that status."""
+
+    awaiting = True  # expire() may end it when silent
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
@@ -1079,6 +1090,10 @@ async def test_raw_expire_ends_silent_streams_with_deadline_exceeded() -> None:
     assert peer.svc.recorders[1].resets == 1
     assert peer.svc.recorders[3].resets == 0
     assert list(peer.conn.streams) == [3]
+    # A handler that does not wait for a message (a routed ext_proc stream) is left alone.
+    peer.svc.recorders[3].awaiting = False
+    peer.conn.expire(now + 1000, 10)
+    assert peer.frames() == [] and list(peer.conn.streams) == [3]
 
 
 async def test_raw_message_over_max_message_ends_the_stream() -> None:

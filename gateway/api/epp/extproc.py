@@ -85,6 +85,29 @@ class ExtProcStream:
     def on_reset(self) -> None:
         self._close(aborted=True)
 
+    @property
+    def awaiting(self) -> bool:
+        """Before the request is routed or refused Envoy owes the next message; after, the
+        stream lasts as long as the response, however long that is (the slot's bound is
+        :meth:`overdue`)."""
+        return self.picked is None and self.passthrough is None and not self.status
+
+    def overdue(self, now: float) -> bool:
+        """The request has held its slot past its model's ``timeouts.total_s`` (Envoy did not
+        end the stream): the slot is released, the stream left to Envoy."""
+        p = self.picked
+        if p is None or p.released or now - p.started <= p.model.config.timeouts.total_s:
+            return False
+        log.warning(
+            "EPP: a request held its slot on %s for over %.0f s (timeouts.total_s) without Envoy "
+            "ending its stream; releasing the slot",
+            p.engine.name,
+            p.model.config.timeouts.total_s,
+            extra={"throttle_key": "epp_overdue"},
+        )
+        p.release()
+        return True
+
     # -- request ------------------------------------------------------------------------
     def _request_headers(self, inc: m.Incoming) -> None:
         h = inc.headers

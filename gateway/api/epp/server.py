@@ -108,14 +108,18 @@ class EppServer:
         return self.port
 
     async def _sweep(self) -> None:
-        """Once a second: end streams silent past ``message_timeout_s``; close connections
-        idle (no stream) past ``idle_timeout_s``."""
+        """Once a second: end the streams that owe a message and sent none for
+        ``message_timeout_s``; release the slots held past their model's ``total_s``; close
+        connections idle (no stream) past ``idle_timeout_s``."""
         cfg = self.config
         while True:
             await asyncio.sleep(_SWEEP_S)
             now = time.monotonic()
             for conn in list(self.connections):
                 conn.expire(now, cfg.message_timeout_s)
+                for stream in list(conn.streams.values()):
+                    if isinstance(stream.handler, ExtProcStream):
+                        stream.handler.overdue(now)
                 if not conn.streams and now - conn.last_activity > cfg.idle_timeout_s:
                     conn.shutdown()
 

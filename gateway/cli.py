@@ -32,7 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
     ),
     "envoy-config": (
-        "gateway.envoy.bootstrap",
+        "gateway.envoy.cli_envoy_config",
         "print an Envoy config that fronts this config's engines with specgate as Endpoint Picker",
     ),
 }

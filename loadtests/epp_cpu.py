@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.api.app import build_app
 from gateway.api.epp.server import EPP
 from gateway.config import load_config
-from gateway.envoy import h2
+from gateway.envoy import h2, h2wire
 from gateway.telemetry import build_telemetry
 from tests.epp.extproc_wire import request_body, request_headers, response_headers
 
@@ -80,9 +80,11 @@ async def run(args: argparse.Namespace) -> float:
     conn.connection_made(transport)  # type: ignore[arg-type]
     # As Envoy: large windows, so what the EPP sends never waits for a WINDOW_UPDATE.
     window = (1 << 31) - 1
-    settings = h2._frame(h2.SETTINGS, 0, 0, h2._settings_payload({h2.INITIAL_WINDOW_SIZE: window}))
-    grant = h2._frame(h2.WINDOW_UPDATE, 0, 0, (window - 65_535).to_bytes(4, "big"))
-    conn.data_received(h2.PREFACE + settings + grant)
+    settings = h2wire._frame(
+        h2wire.SETTINGS, 0, 0, h2wire._settings_payload({h2wire.INITIAL_WINDOW_SIZE: window})
+    )
+    grant = h2wire._frame(h2wire.WINDOW_UPDATE, 0, 0, (window - 65_535).to_bytes(4, "big"))
+    conn.data_received(h2wire.PREFACE + settings + grant)
     encoder = hpack.Encoder()
     body = {
         "model": "qwen3-8b",
@@ -97,9 +99,9 @@ async def run(args: argparse.Namespace) -> float:
     prof = cProfile.Profile() if args.profile else None
     for i in range(args.warmup + args.requests):
         block = encoder.encode(GRPC_HEADERS)
-        frames = [h2._frame(h2.HEADERS, h2.END_HEADERS, sid, block)]
-        frames += [h2._frame(h2.DATA, 0, sid, p) for p in phases]
-        frames.append(h2._frame(h2.DATA, h2.END_STREAM, sid, b""))
+        frames = [h2wire._frame(h2wire.HEADERS, h2wire.END_HEADERS, sid, block)]
+        frames += [h2wire._frame(h2wire.DATA, 0, sid, p) for p in phases]
+        frames.append(h2wire._frame(h2wire.DATA, h2wire.END_STREAM, sid, b""))
         measured = i >= args.warmup
         if prof is not None and measured:
             prof.enable()

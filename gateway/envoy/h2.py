@@ -13,8 +13,8 @@ server does only what a gRPC server needs from HTTP/2 (RFC 9113), synchronously 
 - HEADERS + CONTINUATION decoded by HPACK (:mod:`gateway.envoy.hpack_cache`), PADDED and
   PRIORITY flags, a bound on the header block;
 - DATA split into length-prefixed gRPC messages (uncompressed only), each handed to the
-  stream's handler as bytes; the handler answers with :meth:`Stream.send` and ends the
-  stream with :meth:`Stream.finish` (trailers with ``grpc-status``);
+  stream's handler as bytes; the handler answers with ``Stream.send`` and ends the stream
+  with ``Stream.finish`` (trailers with ``grpc-status``): :mod:`.h2stream`;
 - flow control: the server grants a 1 GiB receive window up front and tops it up; what it
   sends waits for the peer's window when that is exhausted.
 
@@ -30,214 +30,55 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
-from urllib.parse import quote
+from typing import cast
 
-from gateway.envoy.hpack_cache import STATUS_200, HeaderDecoder, HpackError, literal
+from gateway.envoy.h2stream import Services, Stream
+from gateway.envoy.h2wire import (
+    _U32,
+    ACK,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_SIZE,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    GRPC_DEADLINE_EXCEEDED,
+    GRPC_INTERNAL,
+    GRPC_INVALID_ARGUMENT,
+    GRPC_UNIMPLEMENTED,
+    HEADER_BLOCK_MAX,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_HEADER_LIST_SIZE,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    RECV_WINDOW,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    STREAM_CLOSED,
+    WINDOW_UPDATE,
+    ConnectionError_,
+    _frame,
+    _settings_payload,
+)
+from gateway.envoy.hpack_cache import HeaderDecoder, HpackError
 
 log = logging.getLogger(__name__)
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
-)
-END_STREAM = 0x1
-ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-
-# error codes (RFC 9113 §7)
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
-ENHANCE_YOUR_CALM = 0xB
-
-# settings identifiers
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 0x1, 0x2, 0x3, 0x4
-MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 0x5, 0x6
-
-# gRPC status codes used here
-GRPC_OK, GRPC_CANCELLED, GRPC_INVALID_ARGUMENT, GRPC_DEADLINE_EXCEEDED = 0, 1, 3, 4
-GRPC_RESOURCE_EXHAUSTED, GRPC_UNIMPLEMENTED, GRPC_INTERNAL, GRPC_UNAVAILABLE = 8, 12, 13, 14
-
-RECV_WINDOW = 1 << 30  # granted to each stream and to the connection
-MAX_WINDOW = (1 << 31) - 1
-HEADER_BLOCK_MAX = 64 * 1024
-DEFAULT_FRAME_SIZE = 16_384
-
-_U32 = struct.Struct(">I")
-
-_RESPONSE_HEADERS = STATUS_200 + literal("content-type", "application/grpc")
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return bytes((n >> 16 & 0xFF, n >> 8 & 0xFF, n & 0xFF, kind, flags)) + _U32.pack(stream_id) + payload
-
-
-def _settings_payload(pairs: dict[int, int]) -> bytes:
-    return b"".join(struct.pack(">HI", k, v) for k, v in pairs.items())
-
-
-class ConnectionError_(Exception):
-    """A connection error: GOAWAY with ``code``, then close."""
-
-    def __init__(self, code: int, why: str) -> None:
-        super().__init__(why)
-        self.code = code
-
-
-class StreamHandler(Protocol):
-    """What a service does with one stream: called from inside ``data_received``."""
-
-    def on_message(self, message: bytes) -> None: ...
-
-    def on_end(self) -> None:
-        """The peer half-closed the stream (sent END_STREAM): no more messages."""
-        ...
-
-    def on_reset(self) -> None:
-        """The stream died before the handler finished it (RST_STREAM, connection lost,
-        timeout): release what it holds. Not called after :meth:`Stream.finish`."""
-        ...
-
-    @property
-    def awaiting(self) -> bool:
-        """The handler waits for the peer's next message: silence past the message timeout
-        ends the stream (:meth:`H2Connection.expire`). False while the peer may rightly stay
-        silent (an ext_proc stream between the routing and the response's end)."""
-        ...
-
-
-# A service: given the new stream, its handler (None: the path is not served).
-Services = Callable[["Stream"], "StreamHandler | None"]
-
-
-class Stream:
-    __slots__ = (
-        "_buf",
-        "_headers_sent",
-        "_pending",
-        "conn",
-        "finished",
-        "handler",
-        "headers",
-        "id",
-        "last_activity",
-        "path",
-        "recv_unacked",
-        "remote_closed",
-        "send_window",
-    )
-
-    def __init__(self, conn: H2Connection, stream_id: int, headers: tuple[tuple[str, str], ...]) -> None:
-        self.conn = conn
-        self.id = stream_id
-        self.headers = headers
-        self.path = next((v for k, v in headers if k == ":path"), "")
-        self.handler: StreamHandler | None = None
-        self.send_window = conn.peer_initial_window
-        self._pending: list[tuple[bytes, int]] = []  # DATA payloads (and flags) waiting for window
-        self._buf = bytearray()
-        self._headers_sent = False
-        self.finished = False
-        self.remote_closed = False
-        self.recv_unacked = 0
-        self.last_activity = time.monotonic()
-
-    def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k == name), None)
-
-    # -- sending -----------------------------------------------------------------------
-    def send(self, message: bytes) -> None:
-        """Send one gRPC message (uncompressed) on this stream."""
-        if self.finished:
-            return
-        if not self._headers_sent:
-            self._headers_sent = True
-            self.conn.write(_frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS))
-        self._data(b"\x00" + _U32.pack(len(message)) + message, 0)
-
-    def finish(self, status: int = GRPC_OK, message: str = "") -> None:
-        """End the stream with gRPC trailers (a trailers-only response if nothing was sent)."""
-        if self.finished:
-            return
-        self.finished = True
-        self.handler = None  # on_reset is not called after finish, even if the trailers wait
-        block = literal("grpc-status", str(status))
-        if message:
-            block += literal("grpc-message", quote(message[:200], safe=" !#$&'()*+,/:;=?@[]~"))
-        if not self._headers_sent:
-            self._headers_sent = True
-            block = _RESPONSE_HEADERS + block
-        if self._pending:  # trailers go after the queued data
-            self._pending.append((block, -1))
-        else:
-            self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, block))
-            self.conn.stream_done(self)
-
-    def _data(self, payload: bytes, flags: int) -> None:
-        if not self._pending and self.conn.try_reserve(self, len(payload)):
-            self.conn.write_data(self.id, payload, flags)  # the common case: the window has room
-            return
-        self._pending.append((payload, flags))
-        if len(self._pending) == 1:
-            self.flush_pending()  # what the window has room for goes now
-
-    def flush_pending(self) -> None:
-        """Send what waited for the peer's window, in order, as far as it allows: a payload
-        larger than the window goes in parts, since a peer may grant more window only once
-        it has received what the last grant allowed (gRPC C-core and Envoy do)."""
-        while self._pending:
-            payload, flags = self._pending[0]
-            if flags == -1:  # trailers
-                self._pending.pop(0)
-                self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, payload))
-                self.conn.stream_done(self)
-                return
-            n = self.conn.reserve_some(self, len(payload))
-            if n < len(payload):
-                if n > 0:
-                    self._pending[0] = (payload[n:], flags)
-                    self.conn.write_data(self.id, payload[:n], 0)
-                return
-            self._pending.pop(0)
-            self.conn.write_data(self.id, payload, flags)
-
-    # -- receiving ---------------------------------------------------------------------
-    def feed(self, data: bytes, max_message: int) -> None:
-        self.last_activity = time.monotonic()
-        if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
-            return
-        buf = self._buf
-        buf += data
-        while len(buf) >= 5 and not self.finished:
-            compressed = buf[0]
-            (length,) = _U32.unpack_from(buf, 1)
-            if length > max_message:
-                self.abort(GRPC_RESOURCE_EXHAUSTED, f"message of {length} bytes exceeds {max_message}")
-                return
-            if compressed:
-                self.abort(GRPC_UNIMPLEMENTED, "compressed messages are not supported")
-                return
-            if len(buf) < 5 + length:
-                return
-            message = bytes(buf[5 : 5 + length])
-            del buf[: 5 + length]
-            if self.handler is not None:
-                try:
-                    self.handler.on_message(message)
-                except Exception:  # a handler bug costs its stream, not the connection
-                    log.exception("EPP: a stream's handler failed")
-                    self.abort(GRPC_INTERNAL, "internal error")
-
-    def abort(self, status: int, message: str) -> None:
-        """End the stream with an error status and tell the handler it is gone."""
-        handler = self.handler
-        self.handler = None
-        self.finish(status, message)
-        if handler is not None:
-            handler.on_reset()
 
 
 class H2Connection(asyncio.Protocol):

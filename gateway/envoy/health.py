@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.envoy.h2 import Stream
+from gateway.envoy.h2stream import Stream
 from gateway.envoy.protowire import LEN, ProtoError, fields
 
 UNKNOWN, SERVING, NOT_SERVING = 0, 1, 2

@@ -38,10 +38,10 @@ from gateway.envoy.bootstrap import (
     RETRY_ON,
     SERVED,
     SPEC_PRIORITY,
-    document,
     engine_endpoints,
     envoy_config,
 )
+from gateway.envoy.cli_envoy_config import document
 from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, needs_envoy, run_envoy
 
 REPO = Path(__file__).resolve().parents[2]

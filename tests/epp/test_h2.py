@@ -25,7 +25,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.envoy import h2, health
-from gateway.envoy.h2 import (
+from gateway.envoy.h2 import H2Connection
+from gateway.envoy.h2stream import Stream, StreamHandler
+from gateway.envoy.h2wire import (
     ACK,
     CANCEL,
     COMPRESSION_ERROR,
@@ -52,9 +54,6 @@ from gateway.envoy.h2 import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
-    H2Connection,
-    Stream,
-    StreamHandler,
 )
 from gateway.envoy.health import HealthCheck
 from gateway.envoy.hpack_cache import HeaderDecoder, HpackError, changes_table, literal

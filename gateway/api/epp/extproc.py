@@ -28,7 +28,7 @@ from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, request_id
 
 if TYPE_CHECKING:
     from gateway.api.epp.server import EppServer
-    from gateway.envoy.h2 import Stream
+    from gateway.envoy.h2stream import Stream
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
-from gateway.envoy.h2 import H2Connection, Stream, StreamHandler
+from gateway.envoy.h2 import H2Connection
+from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.health import PATH as HEALTH_PATH
 from gateway.envoy.health import HealthCheck
 

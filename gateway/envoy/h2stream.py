@@ -1,0 +1,186 @@
+"""One gRPC stream of the EPP's HTTP/2 server: its handler, its messages in, its answers out.
+
+A :class:`Stream` splits the DATA it receives into length-prefixed gRPC messages for its
+:class:`StreamHandler`, and writes the handler's answers (``send``, then ``finish`` with
+the trailers), waiting in order for the peer's flow-control window when it is spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote
+
+from gateway.envoy.h2wire import (
+    _RESPONSE_HEADERS,
+    _U32,
+    END_HEADERS,
+    END_STREAM,
+    GRPC_INTERNAL,
+    GRPC_OK,
+    GRPC_RESOURCE_EXHAUSTED,
+    GRPC_UNIMPLEMENTED,
+    HEADERS,
+    _frame,
+)
+from gateway.envoy.hpack_cache import literal
+
+if TYPE_CHECKING:
+    from gateway.envoy.h2 import H2Connection
+
+log = logging.getLogger("gateway.envoy.h2")
+
+
+class StreamHandler(Protocol):
+    """What a service does with one stream: called from inside ``data_received``."""
+
+    def on_message(self, message: bytes) -> None: ...
+
+    def on_end(self) -> None:
+        """The peer half-closed the stream (sent END_STREAM): no more messages."""
+        ...
+
+    def on_reset(self) -> None:
+        """The stream died before the handler finished it (RST_STREAM, connection lost,
+        timeout): release what it holds. Not called after :meth:`Stream.finish`."""
+        ...
+
+    @property
+    def awaiting(self) -> bool:
+        """The handler waits for the peer's next message: silence past the message timeout
+        ends the stream (:meth:`H2Connection.expire`). False while the peer may rightly stay
+        silent (an ext_proc stream between the routing and the response's end)."""
+        ...
+
+
+# A service: given the new stream, its handler (None: the path is not served).
+Services = Callable[["Stream"], "StreamHandler | None"]
+
+
+class Stream:
+    __slots__ = (
+        "_buf",
+        "_headers_sent",
+        "_pending",
+        "conn",
+        "finished",
+        "handler",
+        "headers",
+        "id",
+        "last_activity",
+        "path",
+        "recv_unacked",
+        "remote_closed",
+        "send_window",
+    )
+
+    def __init__(self, conn: H2Connection, stream_id: int, headers: tuple[tuple[str, str], ...]) -> None:
+        self.conn = conn
+        self.id = stream_id
+        self.headers = headers
+        self.path = next((v for k, v in headers if k == ":path"), "")
+        self.handler: StreamHandler | None = None
+        self.send_window = conn.peer_initial_window
+        self._pending: list[tuple[bytes, int]] = []  # DATA payloads (and flags) waiting for window
+        self._buf = bytearray()
+        self._headers_sent = False
+        self.finished = False
+        self.remote_closed = False
+        self.recv_unacked = 0
+        self.last_activity = time.monotonic()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    # -- sending -----------------------------------------------------------------------
+    def send(self, message: bytes) -> None:
+        """Send one gRPC message (uncompressed) on this stream."""
+        if self.finished:
+            return
+        if not self._headers_sent:
+            self._headers_sent = True
+            self.conn.write(_frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS))
+        self._data(b"\x00" + _U32.pack(len(message)) + message, 0)
+
+    def finish(self, status: int = GRPC_OK, message: str = "") -> None:
+        """End the stream with gRPC trailers (a trailers-only response if nothing was sent)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.handler = None  # on_reset is not called after finish, even if the trailers wait
+        block = literal("grpc-status", str(status))
+        if message:
+            block += literal("grpc-message", quote(message[:200], safe=" !#$&'()*+,/:;=?@[]~"))
+        if not self._headers_sent:
+            self._headers_sent = True
+            block = _RESPONSE_HEADERS + block
+        if self._pending:  # trailers go after the queued data
+            self._pending.append((block, -1))
+        else:
+            self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, block))
+            self.conn.stream_done(self)
+
+    def _data(self, payload: bytes, flags: int) -> None:
+        if not self._pending and self.conn.try_reserve(self, len(payload)):
+            self.conn.write_data(self.id, payload, flags)  # the common case: the window has room
+            return
+        self._pending.append((payload, flags))
+        if len(self._pending) == 1:
+            self.flush_pending()  # what the window has room for goes now
+
+    def flush_pending(self) -> None:
+        """Send what waited for the peer's window, in order, as far as it allows: a payload
+        larger than the window goes in parts, since a peer may grant more window only once
+        it has received what the last grant allowed (gRPC C-core and Envoy do)."""
+        while self._pending:
+            payload, flags = self._pending[0]
+            if flags == -1:  # trailers
+                self._pending.pop(0)
+                self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, payload))
+                self.conn.stream_done(self)
+                return
+            n = self.conn.reserve_some(self, len(payload))
+            if n < len(payload):
+                if n > 0:
+                    self._pending[0] = (payload[n:], flags)
+                    self.conn.write_data(self.id, payload[:n], 0)
+                return
+            self._pending.pop(0)
+            self.conn.write_data(self.id, payload, flags)
+
+    # -- receiving ---------------------------------------------------------------------
+    def feed(self, data: bytes, max_message: int) -> None:
+        self.last_activity = time.monotonic()
+        if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
+            return
+        buf = self._buf
+        buf += data
+        while len(buf) >= 5 and not self.finished:
+            compressed = buf[0]
+            (length,) = _U32.unpack_from(buf, 1)
+            if length > max_message:
+                self.abort(GRPC_RESOURCE_EXHAUSTED, f"message of {length} bytes exceeds {max_message}")
+                return
+            if compressed:
+                self.abort(GRPC_UNIMPLEMENTED, "compressed messages are not supported")
+                return
+            if len(buf) < 5 + length:
+                return
+            message = bytes(buf[5 : 5 + length])
+            del buf[: 5 + length]
+            if self.handler is not None:
+                try:
+                    self.handler.on_message(message)
+                except Exception:  # a handler bug costs its stream, not the connection
+                    log.exception("EPP: a stream's handler failed")
+                    self.abort(GRPC_INTERNAL, "internal error")
+
+    def abort(self, status: int, message: str) -> None:
+        """End the stream with an error status and tell the handler it is gone."""
+        handler = self.handler
+        self.handler = None
+        self.finish(status, message)
+        if handler is not None:
+            handler.on_reset()

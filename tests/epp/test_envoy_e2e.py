@@ -217,3 +217,48 @@ async def test_with_the_epp_down_envoy_fails_closed_or_open_to_the_plain_engine(
     spec, base = same_name_pair.engines
     assert await served(spec) == 0
     assert await served(base) == (3 if fail_open else 0)
+
+
+def _full_duplex(boot: dict[str, Any]) -> dict[str, Any]:
+    """The bootstrap with the ext_proc filter streaming the request body both ways
+    (FULL_DUPLEX_STREAMED, as Istio and kgateway configure it for the Endpoint Picker)."""
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+    mode = ext["typed_config"]["processing_mode"]
+    mode["request_body_mode"] = "FULL_DUPLEX_STREAMED"
+    mode["request_trailer_mode"] = "SEND"
+    return boot
+
+
+async def test_full_duplex_body_mode_routes_and_rewrites_the_body(
+    pair: EmulatorGroup, tmp_path: Path
+) -> None:
+    """Envoy streams the body to the EPP without waiting; the EPP answers the headers once
+    the whole body is in, then sends the (rewritten) body back in one piece."""
+    config = epp_config(pair)
+    app = build_app(config)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        boot = _full_duplex(envoy_config(config, listen_port=0, admin_port=0, epp_port=app[EPP].port))
+        async with run_envoy(boot, tmp_path) as envoy:
+            c = await client(envoy)
+            try:
+                for stream in (False, True):
+                    raw = await c.chat.completions.with_raw_response.create(
+                        model="qwen3-8b",
+                        messages=MESSAGES,
+                        max_tokens=6,
+                        temperature=0,
+                        stream=stream,
+                        extra_headers={"x-specgate-route": "spec"},
+                    )
+                    assert raw.headers["x-specgate-route"] == "spec"
+                    parsed = raw.parse()
+                    models = {ch.model async for ch in parsed} if stream else {parsed.model}
+                    assert models == {"qwen3-8b-spec"}  # the body reached the engine, renamed
+            finally:
+                await c.close()
+        assert app[STATE].inflight == 0
+    finally:
+        await server.close()

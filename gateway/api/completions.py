@@ -17,7 +17,7 @@ from typing import NamedTuple
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.api.auth import check_client, check_model_access
+from gateway.api.auth import HasHeaders, check_client, check_model_access
 from gateway.api.body import check_content_encoding, decoded, parse_body
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
@@ -29,7 +29,7 @@ from gateway.proxy.result import ProxyResult
 from gateway.routing.adaptive.live import engine_load
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.static import FixedPolicy
-from gateway.routing.types import Decision, Reason, RequestFeatures, Route
+from gateway.routing.types import Decision, ModelView, Reason, RequestFeatures, Route
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.wire.errors import ApiError, error_response
 from gateway.wire.headers import REASON, REQUEST_ID, ROUTE
@@ -144,37 +144,12 @@ class Exchange:
 
     def authenticate(self) -> None:
         """The client's key, when every model needs one (model keys are checked per model)."""
-        st = self.st
-        if st.client_keys and not st.open_models:
-            check_client(self.request, st.client_keys)
+        authenticate(self.st, self.request)
 
     def admit_model(self, name: str) -> ModelRuntime:
-        """The model the body names: access (its keys), existence, its own concurrency
-        limit. Holds a slot of the model from here on (released by :meth:`close`)."""
-        st = self.st
-        mrt = st.models.get(name)
-        check_model_access(
-            self.request,
-            name,
-            None if mrt is None else mrt.config.api_keys,
-            st.config.server.api_keys,
-            st.client_keys,
-        )
-        if mrt is None:  # no keys configured: nothing to hide
-            raise ApiError(
-                404,
-                f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
-                param="model",
-                code="model_not_found",
-            )
-        limit = mrt.config.max_concurrency
-        if limit is not None and mrt.inflight >= limit:
-            raise ApiError(
-                429,
-                f"model '{name}' is at its concurrency limit; retry shortly",
-                code="too_many_requests",
-                headers={"Retry-After": "1"},
-            )
+        """The model the body names (:func:`admit_model`). Holds a slot of the model from
+        here on (released by :meth:`close`)."""
+        mrt = admit_model(self.st, self.request, name)
         mrt.inflight += 1
         self.counted = mrt
         self.model = name
@@ -342,11 +317,55 @@ def tell_decided(mrt: ModelRuntime, features: RequestFeatures, decision: Decisio
         log.exception("decision hook failed (request unaffected)")
 
 
-def choose_route(mrt: ModelRuntime, model: str, features: RequestFeatures) -> Decision:
-    """The model's policy decides; a policy that raises costs the request nothing (the
-    plain engine, hard rules kept); no engine at all is a 503."""
+def authenticate(st: GatewayState, request: HasHeaders) -> None:
+    """The client's key, when every model needs one (model keys are checked per model)."""
+    if st.client_keys and not st.open_models:
+        check_client(request, st.client_keys)
+
+
+def admit_model(st: GatewayState, request: HasHeaders, name: str) -> ModelRuntime:
+    """The model ``name`` for this request: access (its keys), existence (404), its own
+    concurrency limit (429). Takes no slot: the caller does."""
+    mrt = st.models.get(name)
+    check_model_access(
+        request,
+        name,
+        None if mrt is None else mrt.config.api_keys,
+        st.config.server.api_keys,
+        st.client_keys,
+    )
+    if mrt is None:  # no keys configured: nothing to hide
+        raise ApiError(
+            404,
+            f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
+            param="model",
+            code="model_not_found",
+        )
+    limit = mrt.config.max_concurrency
+    if limit is not None and mrt.inflight >= limit:
+        raise ApiError(
+            429,
+            f"model '{name}' is at its concurrency limit; retry shortly",
+            code="too_many_requests",
+            headers={"Retry-After": "1"},
+        )
+    return mrt
+
+
+def choose_route(
+    mrt: ModelRuntime,
+    model: str,
+    features: RequestFeatures,
+    view: ModelView | None = None,
+    *,
+    where: str = "",
+) -> Decision:
+    """The model's policy decides on ``view`` (default: the model as it stands); a policy
+    that raises costs the request nothing (the plain engine, hard rules kept); no engine at
+    all is a 503 (``where`` says among what, in its message)."""
     now = time.monotonic()
-    view = mrt.view(now)
+    if view is None:
+        view = mrt.view(now)
     try:
         try:
             return mrt.policy.decide(features, view, now)
@@ -359,7 +378,7 @@ def choose_route(mrt: ModelRuntime, model: str, features: RequestFeatures) -> De
     except NoEngineAvailable as exc:
         raise ApiError(
             503,
-            f"no engine can serve model '{model}' right now ({exc.reason})",
+            f"no engine can serve model '{model}'{where} right now ({exc.reason})",
             code="no_engine_available",
             headers={"Retry-After": "1"},
         ) from None

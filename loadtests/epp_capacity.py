@@ -28,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "loadtests"))
+
+from bench_overhead import GATEWAY_CONF, _free_port, _wait_http  # noqa: E402
 
 from gateway.bench.procs import process_cpu_s  # noqa: E402
 from tests.epp.extproc_wire import request_body, request_headers, response_headers  # noqa: E402
@@ -39,44 +42,10 @@ BODY = {
     "temperature": 0.7,
     "stream": False,
 }
-CONFIG = """\
-server: {{host: 127.0.0.1, port: {port}, max_concurrency: 100000}}
-scrape: {{enabled: false}}
-models:
-  - name: bench
-    pairs:
-      - device: gpu0
-        spec: {{name: spec0, url: "http://127.0.0.2:{up}", served_model_name: bench-upstream,
-               method: ngram, k: 5}}
-        base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
-    routing: {{policy: {policy}}}
-epp: {{enabled: true, port: {epp}}}
-"""
 
 
 def _grpc(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def _h2load(args: list[str]) -> float:
@@ -108,11 +77,14 @@ def main() -> int:
             time.sleep(0.05)
         port, epp = _free_port(), _free_port()
         cfg = tmp / "gateway.yaml"
-        cfg.write_text(CONFIG.format(port=port, up=pf.read_text(), epp=epp, policy=args.policy))
+        conf = GATEWAY_CONF.format(
+            port=port, up=pf.read_text(), policy=args.policy, telemetry="{}", epp="true", epp_port=epp
+        )
+        cfg.write_text(conf)
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--log-level", "WARNING"]
         procs.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
         pid = procs[-1].pid
-        _wait(f"http://127.0.0.1:{port}/ready")
+        _wait_http(f"http://127.0.0.1:{port}/ready")
         body, ext = tmp / "body.json", tmp / "ext_proc.bin"
         body.write_text(json.dumps(BODY))
         ext.write_bytes(_grpc(request_headers()) + _grpc(request_body(BODY)) + _grpc(response_headers(200)))

@@ -32,7 +32,7 @@ import yaml
 from gateway.cli import build_parser
 from gateway.config import GatewayConfig, load_config
 from tests.deploy import kustomize
-from tests.deploy.helpers import K8S, REPO
+from tests.deploy.helpers import K8S, REPO, find, one
 
 Doc = dict[str, Any]
 
@@ -294,16 +294,6 @@ def build(overlay: str, tmp_path: Path) -> list[Doc]:
     for obj in objs:
         validate(obj)
     return objs
-
-
-def find(objs: list[Doc], kind: str, name: str | None = None) -> list[Doc]:
-    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-
-
-def one(objs: list[Doc], kind: str, name: str | None = None) -> Doc:
-    found = find(objs, kind, name)
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
 
 
 def _identity(obj: Doc) -> tuple[str, str]:

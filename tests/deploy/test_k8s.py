@@ -23,7 +23,7 @@ import yaml
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
 from tests.deploy import kustomize
-from tests.deploy.helpers import K8S, REPO, emulator_engines
+from tests.deploy.helpers import K8S, REPO, emulator_engines, find, one
 from tests.deploy.test_epp_manifests import EPP_CRD_SCHEMAS
 
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -42,16 +42,6 @@ def rendered(directory: Path) -> tuple[Doc, ...]:
 
 def docs(directory: Path) -> list[Doc]:
     return copy.deepcopy(list(rendered(directory)))
-
-
-def find(objs: list[Doc], kind: str, name: str | None = None) -> list[Doc]:
-    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-
-
-def one(objs: list[Doc], kind: str, name: str | None = None) -> Doc:
-    found = find(objs, kind, name)
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
 
 
 def rel(p: Path) -> str:

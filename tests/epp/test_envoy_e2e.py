@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,14 @@ MESSAGES = [{"role": "user", "content": "Repeat after me: the quick brown fox ju
 
 
 @asynccontextmanager
-async def stack(config: GatewayConfig, tmp_path: Path, **envoy_kw: Any) -> AsyncIterator[tuple[Envoy, Any]]:
-    """specgate (HTTP + EPP on free ports) and Envoy in front of it."""
+async def stack(
+    config: GatewayConfig,
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], dict[str, Any]] = lambda boot: boot,
+    **envoy_kw: Any,
+) -> AsyncIterator[tuple[Envoy, Any]]:
+    """specgate (HTTP + EPP on free ports) and Envoy in front of it, on the bootstrap
+    ``specgate envoy-config`` writes (changed by ``edit``)."""
     app = build_app(config)
     server = TestServer(app)
     await server.start_server()
@@ -45,7 +51,7 @@ async def stack(config: GatewayConfig, tmp_path: Path, **envoy_kw: Any) -> Async
         boot = envoy_config(
             config, listen_port=0, admin_port=0, epp_port=envoy_kw.pop("epp_port", app[EPP].port), **envoy_kw
         )
-        async with run_envoy(boot, tmp_path) as envoy:
+        async with run_envoy(edit(boot), tmp_path) as envoy:
             yield envoy, app
     finally:
         await server.close()
@@ -235,30 +241,22 @@ async def test_full_duplex_body_mode_routes_and_rewrites_the_body(
 ) -> None:
     """Envoy streams the body to the EPP without waiting; the EPP answers the headers once
     the whole body is in, then sends the (rewritten) body back in one piece."""
-    config = epp_config(pair)
-    app = build_app(config)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        boot = _full_duplex(envoy_config(config, listen_port=0, admin_port=0, epp_port=app[EPP].port))
-        async with run_envoy(boot, tmp_path) as envoy:
-            c = await client(envoy)
-            try:
-                for stream in (False, True):
-                    raw = await c.chat.completions.with_raw_response.create(
-                        model="qwen3-8b",
-                        messages=MESSAGES,
-                        max_tokens=6,
-                        temperature=0,
-                        stream=stream,
-                        extra_headers={"x-specgate-route": "spec"},
-                    )
-                    assert raw.headers["x-specgate-route"] == "spec"
-                    parsed = raw.parse()
-                    models = {ch.model async for ch in parsed} if stream else {parsed.model}
-                    assert models == {"qwen3-8b-spec"}  # the body reached the engine, renamed
-            finally:
-                await c.close()
+    async with stack(epp_config(pair), tmp_path, _full_duplex) as (envoy, app):
+        c = await client(envoy)
+        try:
+            for stream in (False, True):
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="qwen3-8b",
+                    messages=MESSAGES,
+                    max_tokens=6,
+                    temperature=0,
+                    stream=stream,
+                    extra_headers={"x-specgate-route": "spec"},
+                )
+                assert raw.headers["x-specgate-route"] == "spec"
+                parsed = raw.parse()
+                models = {ch.model async for ch in parsed} if stream else {parsed.model}
+                assert models == {"qwen3-8b-spec"}  # the body reached the engine, renamed
+        finally:
+            await c.close()
         assert app[STATE].inflight == 0
-    finally:
-        await server.close()

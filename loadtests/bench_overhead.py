@@ -11,7 +11,7 @@ route (``envoy``: the config ``specgate envoy-config`` writes, without its ext_p
 and through Envoy asking specgate for each request (``envoy-epp``: that config whole, and
 ``specgate serve --epp-port``). The spec engine of the pair is the upstream at 127.0.0.2,
 the plain one at 127.0.0.1 (the EPP names engines by address). Envoy runs one worker
-(``--concurrency 1``), like nginx's one worker process; for ``envoy-epp`` the CPU per
+(``--concurrency 1``, or ``--envoy-workers``), like nginx's one worker process; for ``envoy-epp`` the CPU per
 request is Envoy's plus specgate's (both are on the path; the JSON has each).
 
 The load generator is its own process: a raw asyncio-protocol HTTP/1.1 client on uvloop
@@ -21,7 +21,8 @@ end with ``[DONE]``). Per cell: an open loop at ``--rate`` req/s (p50/p99 of the
 response, timed from the write of the request; added = proxied − direct), with the CPU
 time the process on the path spent meanwhile (scheduler run time from
 ``/proc/*/task/*/schedstat``), then a separate closed loop of ``--concurrency`` workers
-for peak req/s. ``--pin`` runs the processes under ``taskset``, ``--nice`` under ``nice``.
+for peak req/s. ``--pin`` runs the processes under ``taskset`` (Envoy on CPUs of its own with
+a fourth list, as where it runs on other nodes than the EPP), ``--nice`` under ``nice``.
 
     .venv/bin/python loadtests/bench_overhead.py --rate 100,500 --out results/overhead.json
 
@@ -476,9 +477,16 @@ def main() -> int:
     ap.add_argument(
         "--pin",
         default="",
-        metavar="LOAD:UPSTREAM:PROXY",
+        metavar="LOAD:UPSTREAM:PROXY[:ENVOY]",
         help="CPU lists for taskset, e.g. 0:0:1 (load generator and upstream on CPU 0, the proxy "
-        "under test on CPU 1); default: no pinning",
+        "under test on CPU 1), or 0-3:4-7:8:9-12 to give Envoy cores of its own (without a fourth "
+        "list Envoy shares the proxy's); default: no pinning",
+    )
+    ap.add_argument(
+        "--envoy-workers",
+        type=int,
+        default=1,
+        help="Envoy's worker threads (--concurrency; default 1, like nginx's one worker process)",
     )
     ap.add_argument(
         "--nice", type=int, default=0, help="run every benchmark process at this nice level (root: < 0)"
@@ -509,11 +517,14 @@ def main() -> int:
 
     procs: list[subprocess.Popen[bytes]] = []
     pins = args.pin.split(":") if args.pin else []
-    if pins and len(pins) != 3:
-        ap.error("--pin takes three CPU lists: LOAD:UPSTREAM:PROXY")
+    if pins and len(pins) not in (3, 4):
+        ap.error("--pin takes three or four CPU lists: LOAD:UPSTREAM:PROXY[:ENVOY]")
+    if len(pins) == 3:
+        pins.append(pins[2])  # Envoy shares the proxy's CPUs
 
     def wrap(cmd: list[str], role: int) -> list[str]:
-        """``cmd`` under ``nice``/``taskset`` as asked (role: 0 load, 1 upstream, 2 proxy)."""
+        """``cmd`` under ``nice``/``taskset`` as asked (role: 0 load, 1 upstream, 2 proxy:
+        specgate, nginx, LiteLLM, 3 Envoy)."""
         pre = ["nice", "-n", str(args.nice)] if args.nice else []
         if pins and pins[role]:
             pre += ["taskset", "-c", pins[role]]
@@ -589,10 +600,10 @@ def main() -> int:
                 )
                 pids[name].append(procs[-1].pid)
                 _wait_http(f"http://127.0.0.1:{gport}/ready")
-            ecmd = [envoy, "-c", str(econf), "--concurrency", "1", "--log-level", "warn"]
+            ecmd = [envoy, "-c", str(econf), "--concurrency", str(args.envoy_workers), "--log-level", "warn"]
             ecmd += ["--use-dynamic-base-id"]  # its shared memory never collides with another Envoy's
             procs.append(
-                subprocess.Popen(wrap(ecmd, 2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.Popen(wrap(ecmd, 3), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
             pids[name].append(procs[-1].pid)
             urls[name] = f"http://127.0.0.1:{xport}"
@@ -742,6 +753,7 @@ def main() -> int:
             "load_average_at_end": os.getloadavg(),
             "gateway_policy": args.gateway_policy,
             "pin": args.pin or None,
+            "envoy_workers": args.envoy_workers,
             "nice": args.nice,
             "load_generator": "raw asyncio-protocol HTTP/1.1 client (uvloop), own process",
             "cpu_source": "/proc/*/task/*/schedstat",

@@ -5,9 +5,12 @@
 own ext_proc client shares the cores. This measures the decision point alone: one
 ``specgate serve`` process with the EPP on, a fast upstream (``bench_overhead.py``'s) for
 the proxy path, and nghttp2's ``h2load`` (Debian package nghttp2-client) as the client:
-HTTP/1.1 chat requests to the proxy, and to the EPP the three ext_proc messages Envoy sends
-per request (request headers, body, response headers) on one gRPC stream each. Rounds
-alternate the two; each prints req/s and specgate's CPU per request.
+HTTP/1.1 chat requests to the proxy, and to the EPP the ext_proc messages Envoy sends per
+request on one gRPC stream each: request headers and body (the bootstrap ``specgate
+envoy-config`` writes: the response headers of the answers the EPP does not watch are
+skipped), and the same with the response headers (every answer watched, as on an Envoy
+configured to send them). Rounds alternate the three; each prints req/s and specgate's CPU
+per request.
 
     python loadtests/epp_capacity.py [--requests 20000] [--rounds 3] [--out FILE]
 """
@@ -85,9 +88,12 @@ def main() -> int:
         procs.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
         pid = procs[-1].pid
         _wait_http(f"http://127.0.0.1:{port}/ready")
-        body, ext = tmp / "body.json", tmp / "ext_proc.bin"
+        body, ext, watched = tmp / "body.json", tmp / "ext_proc.bin", tmp / "ext_proc_watched.bin"
         body.write_text(json.dumps(BODY))
-        ext.write_bytes(_grpc(request_headers()) + _grpc(request_body(BODY)) + _grpc(response_headers(200)))
+        ext.write_bytes(_grpc(request_headers()) + _grpc(request_body(BODY)))
+        watched.write_bytes(ext.read_bytes() + _grpc(response_headers(200)))
+        grpc = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+        process = f"http://127.0.0.1:{epp}/envoy.service.ext_proc.v3.ExternalProcessor/Process"
         n = str(args.requests)
         runs = {
             "proxy (HTTP/1.1, 32 connections)": [
@@ -95,8 +101,10 @@ def main() -> int:
                 f"http://127.0.0.1:{port}/v1/chat/completions",
             ],
             "EPP (ext_proc, 4 connections x 16 streams)": [
-                "-n", n, "-c", "4", "-m", "16", "-d", str(ext), "-H", "content-type: application/grpc",
-                "-H", "te: trailers", f"http://127.0.0.1:{epp}/envoy.service.ext_proc.v3.ExternalProcessor/Process",
+                "-n", n, "-c", "4", "-m", "16", "-d", str(ext), *grpc, process,
+            ],
+            "EPP, every answer watched": [
+                "-n", n, "-c", "4", "-m", "16", "-d", str(watched), *grpc, process,
             ],
         }  # fmt: skip
         results: list[dict[str, Any]] = []
@@ -108,8 +116,8 @@ def main() -> int:
                 results.append({"round": r, "path": name, "req_per_s": rps, "cpu_us_per_req": cpu})
                 print(f"{name:45} {rps:8.0f} req/s  {cpu:6.0f} us/req", flush=True)
         by = {name: [x for x in results if x["path"] == name] for name in runs}
-        proxy, eppr = (sorted(x["req_per_s"] for x in v)[len(v) // 2] for v in by.values())
-        print(f"median req/s: EPP / proxy = {eppr / proxy:.2f}")
+        proxy, eppr, eppw = (sorted(x["req_per_s"] for x in v)[len(v) // 2] for v in by.values())
+        print(f"median req/s: EPP / proxy = {eppr / proxy:.2f} (every answer watched: {eppw / proxy:.2f})")
         if args.out:
             Path(args.out).write_text(json.dumps({"policy": args.policy, "results": results}, indent=2))
         return 0

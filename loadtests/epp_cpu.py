@@ -2,14 +2,16 @@
 """CPU per request of specgate's Endpoint Picker, in process: no sockets, no Envoy.
 
 Feeds one HTTP/2 connection of the EPP (``gateway.envoy.h2``) the bytes Envoy's ext_proc
-client sends for each request: a stream's HEADERS, then the ProcessingRequests of the
-request headers, the whole body and the response headers, then END_STREAM, as Envoy does
-when the response ends. The gateway state is the one ``specgate serve --epp-port`` runs
+client sends for each request on the bootstrap ``specgate envoy-config`` writes: a stream's
+HEADERS, then the ProcessingRequests of the request headers and the whole body, then
+END_STREAM, as Envoy does when the response ends; ``--watched``: every request's response
+headers too, as for the share of answers the EPP watches (or all, on an Envoy configured to
+send them). The gateway state is the one ``specgate serve --epp-port`` runs
 (models, policy, telemetry on), its engines never contacted. Prints the CPU per request
 (the thread's CPU time over ``--requests`` streams, after a warm-up), the figure to set
 against the proxy's own in-process figure (``overhead_cpu.py``).
 
-    python loadtests/epp_cpu.py [--policy always-base] [--stream] [--requests 3000] [--profile]
+    python loadtests/epp_cpu.py [--policy always-base] [--stream] [--watched] [--requests 3000] [--profile]
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ async def run(args: argparse.Namespace) -> float:
         "models.0.pairs.0.spec.url": "http://127.0.0.2:9",
         "models.0.pairs.0.base.url": "http://127.0.0.1:9",
         "models.0.routing.policy": args.policy,
+        # Which answers are watched is this script's choice (--watched), not the budget's.
+        "epp.observe_per_s": 0,
     }
     cfg = load_config(None, env={}, overrides=overrides)
     app = build_app(cfg, telemetry=build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models]))
@@ -93,7 +97,9 @@ async def run(args: argparse.Namespace) -> float:
         "temperature": 0.7,
         "stream": args.stream,
     }
-    phases = [_message(request_headers()), _message(request_body(body)), _message(response_headers(200))]
+    phases = [_message(request_headers()), _message(request_body(body))]
+    if args.watched:
+        phases.append(_message(response_headers(200)))
     sid = 1
     total_cpu = 0.0
     prof = cProfile.Profile() if args.profile else None
@@ -124,12 +130,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default="always-base", help="routing policy (default always-base)")
     ap.add_argument("--stream", action="store_true", help="streamed requests (the body's stream: true)")
+    ap.add_argument("--watched", action="store_true", help="every request's response headers too")
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the measured requests")
     args = ap.parse_args()
     us = asyncio.run(run(args)) * 1e6
-    print(json.dumps({"policy": args.policy, "stream": args.stream, "cpu_us_per_request": round(us, 1)}))
+    out = {"policy": args.policy, "stream": args.stream, "watched": args.watched, "cpu_us_per_request": round(us, 1)}
+    print(json.dumps(out))
     return 0
 
 

@@ -35,13 +35,21 @@ def process_cpu_s(pid: int) -> float | None:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return None
-    total = 0
+    total, read = 0, False
     for t in tasks:
         try:
             total += int((t / "schedstat").read_text().split()[0])
+            read = True
         except (OSError, IndexError, ValueError):
             pass
-    return total / 1e9
+    if read:
+        return total / 1e9
+    # Kernels without schedstat (some sandboxed ones): the utime + stime ticks of the process.
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def child_pids(pid: int, *, recursive: bool = False) -> list[int]:

@@ -48,9 +48,12 @@ _OUT_PHASE = {name: i + 1 for i, name in enumerate(PHASES)}
 _IN_METADATA, _IN_PROTOCOL = 8, 11  # ProcessingRequest.metadata_context, .protocol_config
 _OUT_IMMEDIATE, _OUT_DYNAMIC, _OUT_MODE = 7, 8, 9  # ProcessingResponse fields
 
-# ProcessingMode.BodySendMode
+# ProcessingMode.BodySendMode and HeaderSendMode
 STREAMED, BUFFERED, FULL_DUPLEX_STREAMED = 1, 2, 4
-_MODE_RESPONSE_BODY = 4  # ProcessingMode.response_body_mode
+_SEND, _SKIP = 1, 2
+# ProcessingMode{request_header_mode = 1, response_header_mode = 2, request_body_mode = 3,
+# response_body_mode = 4, request_trailer_mode = 5, response_trailer_mode = 6}
+_MODE_RESPONSE_BODY = 4
 
 # The request headers the EPP reads (the rest pass through Envoy untouched).
 WANTED = frozenset(
@@ -80,6 +83,7 @@ class Incoming:
     end_of_stream: bool = False
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace → fields
     full_duplex: bool = False  # the filter streams the request body both ways
+    body_mode: int = BUFFERED  # the filter's request_body_mode (ProtocolConfiguration)
 
 
 def parse(message: bytes) -> Incoming:
@@ -114,6 +118,7 @@ def parse(message: bytes) -> Incoming:
         elif num == _IN_PROTOCOL:  # ProtocolConfiguration{request_body_mode = 1}
             for f, w, v in fields(value):
                 if f == 1 and w == VARINT:
+                    inc.body_mode = v
                     inc.full_duplex = v == FULL_DUPLEX_STREAMED
     return inc
 
@@ -241,6 +246,18 @@ def full_duplex_chunk(body: bytes, end: bool) -> bytes:
 
 
 _READ_BODY = ld(_OUT_MODE, uint(_MODE_RESPONSE_BODY, STREAMED))
+
+
+@functools.lru_cache(maxsize=8)
+def continue_headers(*, watch: bool, body_mode: int = BUFFERED) -> bytes:
+    """The answer to the request headers; ``watch`` also asks for this request's response
+    headers, whatever the filter's configured mode (a ``mode_override``: Envoy honours one
+    in the answer to headers, not to a body). The override restates the request's own modes
+    (headers sent, the body as the filter sends it, ``body_mode``; trailers skipped)."""
+    if not watch:
+        return CONTINUE_HEADERS
+    mode = uint(1, _SEND) + uint(2, _SEND) + uint(3, body_mode) + uint(5, _SKIP) + uint(6, _SKIP)
+    return CONTINUE_HEADERS + ld(_OUT_MODE, mode)
 
 
 def response_headers(headers: Mapping[str, str], *, read_body: bool) -> bytes:

@@ -35,6 +35,8 @@ def _http_route(endpoint: str) -> str:
 
 
 def _status_label(status: int) -> str:
+    if status == 0:  # an answer relayed by Envoy whose response the Endpoint Picker did not watch
+        return "unobserved"
     return str(status) if 100 <= status <= 599 else "other"
 
 

@@ -89,6 +89,7 @@ class Response:
     streamed: tuple[bytes, bool] | None = None  # body_mutation.streamed_response
     dynamic_metadata: dict[str, Any] = field(default_factory=dict)
     response_body_mode: int | None = None  # mode_override
+    mode: dict[int, int] = field(default_factory=dict)  # mode_override: ProcessingMode field -> value
     status: int | None = None  # immediate_response
     immediate_body: bytes = b""
     details: str = ""
@@ -149,6 +150,8 @@ def parse_response(message: bytes) -> Response:
             r.dynamic_metadata = struct_value(value)
         elif num == 9 and wire == LEN:
             for f, w, v in fields(value):
+                if w == VARINT:
+                    r.mode[f] = v
                 if f == 4 and w == VARINT:
                     r.response_body_mode = v
         elif wire not in (VARINT, LEN, FIXED64):

@@ -193,7 +193,7 @@ def test_ext_proc_filter_modes_and_failure_mode(fail_open: bool) -> None:
         "request_header_mode": "SEND",
         "request_body_mode": "BUFFERED",
         "request_trailer_mode": "SKIP",
-        "response_header_mode": "SEND",
+        "response_header_mode": "SKIP",
         "response_body_mode": "NONE",
         "response_trailer_mode": "SKIP",
     }
@@ -516,7 +516,8 @@ async def test_a_pick_overrides_priorities_and_a_retry_goes_down_the_list(tmp_pa
 async def test_a_stand_in_epp_is_obeyed_through_metadata_and_hears_who_served(tmp_path: Path) -> None:
     """A minimal ext_proc server (not specgate) picks by ``envoy.lb`` metadata alone, or by
     header and metadata; Envoy obeys it, strips a client's own pick header, hands a 2 MiB
-    body to the EPP whole, and reports the engine that served with the response headers."""
+    body to the EPP whole, and, asked to in the answer to the request headers (the bootstrap
+    skips them), reports the engine that served with the response headers."""
     import grpc
 
     from gateway.envoy import messages as m
@@ -529,8 +530,8 @@ async def test_a_stand_in_epp_is_obeyed_through_metadata_and_hears_who_served(tm
     async def process(requests: Any, context: Any) -> AsyncIterator[bytes]:
         async for raw in requests:
             inc = m.parse(raw)
-            if inc.kind == m.REQUEST_HEADERS:
-                yield m.CONTINUE_HEADERS
+            if inc.kind == m.REQUEST_HEADERS:  # the bootstrap skips response headers: ask for them
+                yield m.continue_headers(watch=True, body_mode=inc.body_mode)
             elif inc.kind == m.REQUEST_BODY:
                 bodies.append(len(inc.body))
                 mutation = m.header_mutation({DESTINATION: pick["to"]} if pick["header"] else {})

@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.app import build_app
+from gateway.api.epp import extproc
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
@@ -83,10 +84,30 @@ def epp_config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
     return gateway_config_for(group, **{"epp.enabled": True, "epp.port": 0, **overrides})
 
 
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "unwatched"])
 async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
-    pair: EmulatorGroup, tmp_path: Path
+    pair: EmulatorGroup, tmp_path: Path, watched: bool
 ) -> None:
-    async with stack(epp_config(pair), tmp_path) as (envoy, app):
+    """Watched answers (the EPP asks for their response headers) and unwatched ones (Envoy
+    adds the route headers from the EPP's metadata) alike."""
+    cfg = epp_config(pair, **({} if watched else {"epp.observe_per_s": 0}))
+    async with stack(cfg, tmp_path) as (envoy, app):
+        responses: list[int] = []
+        streams = app[EPP].open_stream
+
+        def counting(stream: Any) -> Any:
+            handler = streams(stream)
+            if isinstance(handler, extproc.ExtProcStream):
+                seen = handler._response_headers
+
+                def response_headers(inc: Any) -> None:
+                    responses.append(1)
+                    seen(inc)
+
+                handler._response_headers = response_headers  # type: ignore[method-assign]
+            return handler
+
+        app[EPP].open_stream = counting  # type: ignore[method-assign]
         c = await client(envoy)
         try:
             for route in ("spec", "base", "auto"):
@@ -100,6 +121,8 @@ async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
                 answer = raw.parse()
                 picked = raw.headers["x-specgate-route"]
                 assert answer.model == f"qwen3-8b-{picked}"  # the engine that answered
+                assert raw.headers["x-specgate-engine"] == f"{picked}0"
+                assert raw.headers["x-request-id"]
                 if route != "auto":
                     assert picked == route and raw.headers["x-specgate-reason"] == "forced"
                 assert answer.usage is not None and answer.usage.completion_tokens == 12
@@ -121,6 +144,7 @@ async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
         assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
         totals = {e.name: e.total_requests for e in st.engines}
         assert totals["spec0"] >= 2 and totals["base0"] >= 1
+        assert len(responses) == (4 if watched else 0)  # the response phases Envoy sent the EPP
 
 
 async def test_min_p_and_logit_bias_never_reach_the_spec_engine(pair: EmulatorGroup, tmp_path: Path) -> None:

@@ -29,10 +29,12 @@ from gateway.api.epp import extproc
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
+from gateway.envoy.messages import DESTINATION
 from gateway.emulator.launch import EmulatorGroup
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from tests.conftest import gateway_config_for
 from tests.epp.extproc_wire import (
+    BUFFERED,
     STREAMED,
     Response,
     parse_response,
@@ -118,6 +120,10 @@ async def running(config: GatewayConfig, telemetry: Any = None) -> AsyncIterator
 async def epp(pair_config: Callable[..., GatewayConfig]) -> AsyncIterator[Epp]:
     async with running(pair_config(**{"epp.enabled": True, "epp.port": 0})) as e:
         yield e
+
+
+def _telemetry() -> GatewayTelemetry:
+    return GatewayTelemetry(TelemetryConfig(process_metrics=False, known_models=("qwen3-8b",)))
 
 
 def _engine(e: Epp, name: str) -> Any:
@@ -349,8 +355,7 @@ async def test_metrics_and_admin_state_count_what_the_epp_routed(
     pair_config: Callable[..., GatewayConfig],
 ) -> None:
     cfg = pair_config(**{"epp.enabled": True, "epp.port": 0})
-    tel = GatewayTelemetry(TelemetryConfig(process_metrics=False, known_models=("qwen3-8b",)))
-    async with running(cfg, tel) as e:
+    async with running(cfg, _telemetry()) as e:
         for extra, status in (({"min_p": 0.3}, 200), ({"min_p": 0.3}, 503)):
             async with e.call() as c:
                 await c.ask(request_headers())
@@ -378,6 +383,70 @@ async def test_metrics_and_admin_state_count_what_the_epp_routed(
     base = state["models"]["qwen3-8b"]["pairs"][0]["base"]
     assert base["total_requests"] == 2 and base["inflight"] == 0
     assert base["total_failures"] == 1  # the 503 the engine answered counts against it
+
+
+async def test_a_bounded_share_of_answers_is_watched_and_the_rest_relayed_unseen(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    """The answer to the request headers asks Envoy for the response headers of a bounded
+    share of requests (``epp.observe_per_s`` a second per model; the bootstrap skips them
+    otherwise); an unwatched request still holds its slot until Envoy ends the stream and is
+    counted with the status ``unobserved``, never as an error."""
+    # A budget of one watched answer, refilled after 1000 s: the second request is not watched.
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0, "epp.observe_per_s": 0.001})
+    async with running(cfg, _telemetry()) as e:
+        async with e.call() as c:
+            r = await c.ask(request_headers())
+            # response headers SEND; the request's own modes restated (headers SEND, body
+            # BUFFERED as the filter said, trailers SKIP); the response body left off
+            assert r.mode == {1: 1, 2: 1, 3: BUFFERED, 5: 2, 6: 2}
+            await c.ask(request_body(chat(temperature=0.0)))
+            r3 = await c.ask(response_headers(200))
+            assert "x-specgate-route" in r3.set_headers
+            assert await c.end() == grpc.StatusCode.OK
+        async with e.call() as c:
+            r = await c.ask(request_headers())
+            assert r.kind == "request_headers" and r.mode == {}  # plain CONTINUE: not watched
+            routed = await c.ask(request_body(chat(temperature=0.0)))
+            engine = next(n for n, a in e.addr.items() if a == routed.set_headers[DESTINATION].split(",")[0])
+            assert _engine(e, engine).inflight == 1
+            assert await c.end() == grpc.StatusCode.OK  # the response ended, unseen
+        assert _engine(e, engine).inflight == 0 and e.state.inflight == 0
+        assert _engine(e, engine).total_failures == 0
+        async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
+            text = await resp.text()
+    statuses = {
+        x.labels["status"]: x.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "specgate_requests"
+        for x in fam.samples
+        if x.name.endswith("_total")
+    }
+    assert statuses == {"200": 1, "unobserved": 1}
+
+
+async def test_an_unwatched_stream_cut_by_envoy_counts_as_a_client_disconnect(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0, "epp.observe_per_s": 0})
+    async with running(cfg, _telemetry()) as e:
+        async with e.call() as c:
+            assert (await c.ask(request_headers())).mode == {}
+            await c.ask(request_body(chat()))
+            c.raw.cancel()  # Envoy resets the stream (the client went away)
+        async with asyncio.timeout(TIMEOUT_S):
+            while e.state.inflight:
+                await asyncio.sleep(0.01)
+        async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
+            text = await resp.text()
+    statuses = {
+        x.labels["status"]: x.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "specgate_requests"
+        for x in fam.samples
+        if x.name.endswith("_total")
+    }
+    assert statuses == {"499": 1}
 
 
 @pytest.fixture

@@ -2,12 +2,15 @@
 
 Envoy sends the request's headers, then (BUFFERED) its whole body; the EPP answers the body
 with the engine's address (:mod:`gateway.api.epp.pick`), or with an immediate error response.
-Then come the response headers (the route headers are added; the body is switched on for
-the answers it samples) and, where switched on, the response body chunk by chunk
-(:mod:`gateway.api.epp.observe`). Envoy ends the stream when the response ends: the request
-then releases its slots, reports its telemetry and, when its body was read, teaches the
-policy. With the filter in FULL_DUPLEX_STREAMED mode the headers' answer waits for the
-whole body, and the body goes back in one piece.
+A bounded share of requests is *watched*: the answer to their headers asks Envoy for their
+response headers too (a mode override; the bootstrap ``specgate envoy-config`` writes skips
+them otherwise, and Envoy adds the route headers from the EPP's metadata). A watched
+response's status, the engine that served it and, for a sampled few, its body chunk by chunk
+(:mod:`gateway.api.epp.observe`) come to the EPP. Envoy ends the stream when the response
+ends: the request then releases its slots, reports its telemetry and, when its body was
+read, teaches the policy. With the filter in FULL_DUPLEX_STREAMED mode the headers' answer
+waits for the whole body, the body goes back in one piece, and the response headers must be
+sent (Envoy then ends the stream only after them).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class ExtProcStream:
         self.req: ClientRequest | None = None
         self.endpoint: str | None = None  # CHAT / COMPLETIONS; None: not an inference
         self.full_duplex = False
+        self.watched = False  # the response headers come to the EPP
         self.passthrough: str | None = None  # the engine of a request that is not an inference
         self._body = bytearray()
         self.picked: Picked | None = None
@@ -134,8 +138,11 @@ class ExtProcStream:
         if length is not None and length.isdigit() and int(length) > limit:
             self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
             return
-        if not self.full_duplex:
-            self.stream.send(m.CONTINUE_HEADERS)
+        if self.full_duplex:  # Envoy honours no mode override: the config must send them
+            self.watched = True
+        else:
+            self.watched = self.server.watch()
+            self.stream.send(m.continue_headers(watch=self.watched, body_mode=inc.body_mode))
 
     def _request_body(self, inc: m.Incoming) -> None:
         if self.passthrough is not None:  # not an inference: the body passes as it is
@@ -275,10 +282,14 @@ class ExtProcStream:
         if p is None or obs is None:
             return
         p.release()
-        status = obs.status or (499 if aborted else 502)
-        error = (
-            None if obs.ok else ("client_disconnected" if aborted and not obs.status else f"status_{status}")
-        )
+        status, error = obs.status, None
+        if status:
+            error = None if obs.ok else f"status_{status}"
+        elif aborted:
+            status, error = 499, "client_disconnected"
+        elif self.watched:  # the response ended without its headers reaching the EPP
+            status, error = 502, "status_502"
+        # else: not watched, Envoy relayed an answer the EPP did not see (status 0)
         if aborted and obs.reading and not obs.complete:
             error = "client_disconnected"
         h = obs.harvest

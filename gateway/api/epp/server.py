@@ -44,6 +44,9 @@ class EppServer:
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._budgets: dict[str, SampleBudget] = {}
+        # Answers watched (their response headers asked for): as many a second as the models'
+        # sampling budgets together, decided before the body names the model.
+        self._watch = budget(self.config.observe_per_s * max(1, len(state.models)))
         self.port: int | None = None
 
     # -- services ---------------------------------------------------------------------
@@ -65,6 +68,11 @@ class EppServer:
             any(self.book.address(e.name) and e.healthy(now) for e in mrt.engines.values())
             for mrt in st.models.values()
         )
+
+    def watch(self) -> bool:
+        """Whether to ask for this request's response headers (its status, the engine that
+        served it, and a chance of its body being read)."""
+        return self.config.observe_per_s > 0 and self._watch.take()
 
     def sample(self, model: str) -> bool:
         """Whether to read this answer's body (``epp.observe_per_s`` per model)."""

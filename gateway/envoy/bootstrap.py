@@ -9,11 +9,14 @@ Extension's Endpoint Picker protocol. What the generated bootstrap holds:
 
 - a listener whose HTTP connection manager runs three filters: ``header_mutation`` strips a
   client's own ``x-gateway-destination-endpoint`` (clients never pick engines, not even when
-  the EPP is down and the filter fails open), ``ext_proc`` (request headers SEND, request body
-  BUFFERED, response headers SKIP, response body NONE, trailers SKIP, ``allow_mode_override``
-  so that specgate asks for the response headers of the answers it watches, and the body of
-  a sampled few), then the router. Skipping the other answers' response phase keeps one
-  round trip to specgate off every response, and a message pair off its CPU;
+  the EPP is down and the filter fails open), ``ext_proc``, then the router. The ext_proc
+  modes: request headers SEND, request body BUFFERED, response headers SKIP, response body
+  NONE, trailers SKIP, and ``allow_mode_override``, so that specgate asks for the response
+  headers of the answers it watches and the body of a sampled few. Skipping the other
+  answers' response phase keeps a round trip to specgate off every response, and a message
+  pair off its CPU. (STREAMED with ``send_body_without_waiting_for_header_response`` would
+  save the request headers' round trip, but Envoy then ignores mode overrides: specgate
+  could not watch a share of the answers, and would learn nothing);
 - one route, ``/`` to the cluster ``engines``, without a timeout (answers stream), retrying
   once on a connect failure, a refused stream or a reset before the request went out: the
   override-host policy then takes the next endpoint of the EPP's list, the sibling engine.
@@ -364,7 +367,10 @@ def envoy_config(
         # as for an answer Envoy gave itself).
         "response_headers_to_add": [
             {
-                "header": {"key": f"x-specgate-{tag}", "value": f"%DYNAMIC_METADATA({SPECGATE_NAMESPACE}:{tag})%"},
+                "header": {
+                    "key": f"x-specgate-{tag}",
+                    "value": f"%DYNAMIC_METADATA({SPECGATE_NAMESPACE}:{tag})%",
+                },
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             }
             for tag in ("route", "reason", "engine")

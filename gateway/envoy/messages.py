@@ -84,6 +84,9 @@ class Incoming:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace → fields
     full_duplex: bool = False  # the filter streams the request body both ways
     body_mode: int = BUFFERED  # the filter's request_body_mode (ProtocolConfiguration)
+    # ProtocolConfiguration.send_body_without_waiting_for_header_response (STREAMED): the body
+    # comes before the headers are answered
+    body_without_waiting: bool = False
 
 
 def parse(message: bytes) -> Incoming:
@@ -115,11 +118,14 @@ def parse(message: bytes) -> Incoming:
                         elif ef == 2 and ew == LEN:
                             st = ev
                     inc.metadata[ns] = struct_value(st)
-        elif num == _IN_PROTOCOL:  # ProtocolConfiguration{request_body_mode = 1}
+        elif num == _IN_PROTOCOL:
+            # ProtocolConfiguration{request_body_mode = 1, send_body_without_waiting_for_header_response = 3}
             for f, w, v in fields(value):
                 if f == 1 and w == VARINT:
                     inc.body_mode = v
                     inc.full_duplex = v == FULL_DUPLEX_STREAMED
+                elif f == 3 and w == VARINT:
+                    inc.body_without_waiting = bool(v)
     return inc
 
 
@@ -249,15 +255,29 @@ _READ_BODY = ld(_OUT_MODE, uint(_MODE_RESPONSE_BODY, STREAMED))
 
 
 @functools.lru_cache(maxsize=8)
-def continue_headers(*, watch: bool, body_mode: int = BUFFERED) -> bytes:
-    """The answer to the request headers; ``watch`` also asks for this request's response
-    headers, whatever the filter's configured mode (a ``mode_override``: Envoy honours one
-    in the answer to headers, not to a body). The override restates the request's own modes
-    (headers sent, the body as the filter sends it, ``body_mode``; trailers skipped)."""
-    if not watch:
-        return CONTINUE_HEADERS
+def watch_response(body_mode: int = BUFFERED) -> bytes:
+    """A ``mode_override`` (appended to the answer to the request headers: Envoy honours one
+    there, not in the answer to a body) that asks for this request's response headers,
+    whatever the filter's configured mode. It restates the request's own modes: headers
+    sent, the body as the filter sends it (``body_mode``), trailers skipped."""
     mode = uint(1, _SEND) + uint(2, _SEND) + uint(3, body_mode) + uint(5, _SKIP) + uint(6, _SKIP)
-    return CONTINUE_HEADERS + ld(_OUT_MODE, mode)
+    return ld(_OUT_MODE, mode)
+
+
+def continue_headers(*, watch: bool, body_mode: int = BUFFERED) -> bytes:
+    """The answer to the request headers before the body (``watch``: see :func:`watch_response`)."""
+    return CONTINUE_HEADERS + watch_response(body_mode) if watch else CONTINUE_HEADERS
+
+
+_CLEAR_BODY = ld(_OUT_PHASE[REQUEST_BODY], ld(1, ld(3, uint(2, 1))))
+
+
+def body_chunk(body: bytes | None, *, clear: bool = False) -> bytes:
+    """STREAMED: the answer to one piece of the request body, which passes as it is, is
+    replaced by ``body``, or (``clear``) is dropped. BodyMutation{body = 1, clear_body = 2}."""
+    if body is not None:
+        return ld(_OUT_PHASE[REQUEST_BODY], ld(1, ld(3, ld(1, body))))
+    return _CLEAR_BODY if clear else CONTINUE_BODY
 
 
 def response_headers(headers: Mapping[str, str], *, read_body: bool) -> bytes:

@@ -49,12 +49,18 @@ def request_headers(
     eos: bool = False,
     subset: list[str] | None = None,
     full_duplex: bool = False,
+    streamed: bool = False,
+    without_waiting: bool = False,
 ) -> bytes:
+    """``streamed``: the filter's request body mode is STREAMED (``without_waiting``: with
+    send_body_without_waiting_for_header_response); ``full_duplex``: FULL_DUPLEX_STREAMED;
+    else BUFFERED."""
     hs = {":path": path, ":method": method, ":authority": "gw", ":scheme": "http", **(headers or {})}
     out = ld(_REQUEST_FIELD["request_headers"], _header_map(hs) + (uint(3, 1) if eos else b""))
     if subset is not None:
         out += _metadata({"envoy.lb.subset_hint": {"x-gateway-destination-endpoint-subset": subset}})
-    out += ld(11, uint(1, FULL_DUPLEX_STREAMED if full_duplex else BUFFERED))
+    mode = FULL_DUPLEX_STREAMED if full_duplex else STREAMED if streamed else BUFFERED
+    out += ld(11, uint(1, mode) + (uint(3, 1) if without_waiting else b""))
     return out
 
 
@@ -86,6 +92,7 @@ class Response:
     append_actions: list[int] = field(default_factory=list)
     remove_headers: list[str] = field(default_factory=list)
     body: bytes | None = None  # body_mutation.body
+    clear_body: bool = False  # body_mutation.clear_body
     streamed: tuple[bytes, bool] | None = None  # body_mutation.streamed_response
     dynamic_metadata: dict[str, Any] = field(default_factory=dict)
     response_body_mode: int | None = None  # mode_override
@@ -127,6 +134,8 @@ def parse_response(message: bytes) -> Response:
                             for bf, bw, bv in fields(cv):
                                 if bf == 1 and bw == LEN:
                                     r.body = bv
+                                elif bf == 2 and bw == VARINT:
+                                    r.clear_body = bool(bv)
                                 elif bf == 3 and bw == LEN:
                                     body, end = b"", False
                                     for sf, _sw, sv in fields(bv):

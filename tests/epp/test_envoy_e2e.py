@@ -249,23 +249,35 @@ async def test_with_the_epp_down_envoy_fails_closed_or_open_to_the_plain_engine(
     assert await served(base) == (3 if fail_open else 0)
 
 
-def _full_duplex(boot: dict[str, Any]) -> dict[str, Any]:
-    """The bootstrap with the ext_proc filter streaming the request body both ways
-    (FULL_DUPLEX_STREAMED, as Istio and kgateway configure it for the Endpoint Picker)."""
-    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
-    mode = ext["typed_config"]["processing_mode"]
-    mode["request_body_mode"] = "FULL_DUPLEX_STREAMED"
-    mode["request_trailer_mode"] = "SEND"
-    return boot
+def _body_mode(body_mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The bootstrap with the ext_proc filter sending the request body to the EPP without
+    waiting for the headers' answer: FULL_DUPLEX_STREAMED with the response headers sent (as
+    Istio and kgateway configure it for the Endpoint Picker), or STREAMED with
+    send_body_without_waiting_for_header_response."""
+
+    def edit(boot: dict[str, Any]) -> dict[str, Any]:
+        hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+        mode = ext["typed_config"]["processing_mode"]
+        mode["request_body_mode"] = body_mode
+        if body_mode == "FULL_DUPLEX_STREAMED":
+            mode["request_trailer_mode"] = "SEND"
+            mode["response_header_mode"] = "SEND"
+        else:
+            ext["typed_config"]["send_body_without_waiting_for_header_response"] = True
+        return boot
+
+    return edit
 
 
-async def test_full_duplex_body_mode_routes_and_rewrites_the_body(
-    pair: EmulatorGroup, tmp_path: Path
+@pytest.mark.parametrize("body_mode", ["FULL_DUPLEX_STREAMED", "STREAMED"])
+async def test_a_body_sent_without_waiting_is_routed_and_rewritten(
+    pair: EmulatorGroup, tmp_path: Path, body_mode: str
 ) -> None:
     """Envoy streams the body to the EPP without waiting; the EPP answers the headers once
-    the whole body is in, then sends the (rewritten) body back in one piece."""
-    async with stack(epp_config(pair), tmp_path, _full_duplex) as (envoy, app):
+    the whole body is in, then the (rewritten) body: in one piece (full duplex), or piece by
+    piece, the last replaced (STREAMED)."""
+    async with stack(epp_config(pair), tmp_path, _body_mode(body_mode)) as (envoy, app):
         c = await client(envoy)
         try:
             for stream in (False, True):

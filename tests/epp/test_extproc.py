@@ -29,8 +29,8 @@ from gateway.api.epp import extproc
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
-from gateway.envoy.messages import DESTINATION
 from gateway.emulator.launch import EmulatorGroup
+from gateway.envoy.messages import DESTINATION
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
 from tests.conftest import gateway_config_for
 from tests.epp.extproc_wire import (
@@ -331,6 +331,61 @@ async def test_full_duplex_mode_answers_headers_after_the_whole_body(epp: Epp) -
         assert json.loads(body)["model"].startswith("qwen3-8b-")
 
 
+async def test_a_body_sent_without_waiting_is_answered_after_the_headers(
+    epp: Epp, same_name_pair: EmulatorGroup
+) -> None:
+    """STREAMED with send_body_without_waiting_for_header_response: the pieces of the body
+    come before the headers are answered; nothing is answered until the last, then the
+    headers (with the pick) and each piece in order: a new body (the engine's model name)
+    replaces the last piece and the earlier ones are dropped."""
+    body = json.dumps(chat(temperature=0.0)).encode()
+    async with epp.call() as c:
+        await c.send(request_headers(streamed=True, without_waiting=True))
+        await c.send(request_body(body[:10], eos=False))
+        await c.send(request_body(body[10:], eos=False))
+        await c.send(request_body(b"", eos=True))
+        answers = [await c.read() for _ in range(4)]
+        assert [a.kind for a in answers] == ["request_headers", *["request_body"] * 3]
+        first = answers[0]
+        assert first.set_headers[DESTINATION].split(",")[0] in epp.addr.values()
+        assert first.mode == {}  # Envoy ignores mode overrides here: none is sent
+        assert "content-length" in first.remove_headers  # the body is replaced
+        assert [a.clear_body for a in answers[1:3]] == [True, True]
+        new = json.loads(answers[3].body or b"")
+        engine = next(n for n, a in epp.addr.items() if a == first.set_headers[DESTINATION].split(",")[0])
+        assert new["model"] == _engine(epp, engine).config.served_model_name
+        assert await c.end() == grpc.StatusCode.OK
+    assert epp.state.inflight == 0
+    # Engines serving the client's name: every piece passes as it is.
+    cfg = gateway_config_for(
+        same_name_pair,
+        **{
+            "epp.enabled": True,
+            "epp.port": 0,
+            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
+            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
+        },
+    )
+    async with running(cfg) as e, e.call() as c:
+        await c.send(request_headers(streamed=True, without_waiting=True))
+        await c.send(request_body(body, eos=False))
+        await c.send(request_body(b"", eos=True))
+        answers = [await c.read() for _ in range(3)]
+        assert [a.kind for a in answers] == ["request_headers", "request_body", "request_body"]
+        assert "content-length" not in answers[0].remove_headers
+        assert all(a.body is None and not a.clear_body for a in answers[1:])
+
+
+async def test_streamed_pieces_are_answered_one_by_one_when_envoy_waits(epp: Epp) -> None:
+    body = json.dumps(chat(temperature=0.0)).encode()
+    async with epp.call() as c:
+        assert (await c.ask(request_headers(streamed=True))).kind == "request_headers"
+        piece = await c.ask(request_body(body[:10], eos=False))
+        assert piece.kind == "request_body" and not piece.set_headers  # CONTINUE: kept
+        routed = await c.ask(request_body(body[10:], eos=True))
+        assert routed.set_headers[DESTINATION].split(",")[0] in epp.addr.values()
+
+
 async def test_health_follows_readiness_and_draining(epp: Epp) -> None:
     stub = health_pb2_grpc.HealthStub(epp.channel)
     serving = health_pb2.HealthCheckResponse.SERVING
@@ -434,9 +489,7 @@ async def test_an_unwatched_stream_cut_by_envoy_counts_as_a_client_disconnect(
             assert (await c.ask(request_headers())).mode == {}
             await c.ask(request_body(chat()))
             c.raw.cancel()  # Envoy resets the stream (the client went away)
-        async with asyncio.timeout(TIMEOUT_S):
-            while e.state.inflight:
-                await asyncio.sleep(0.01)
+        assert await e.state.drain(TIMEOUT_S)  # the RST_STREAM is seen on a later loop turn
         async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
             text = await resp.text()
     statuses = {

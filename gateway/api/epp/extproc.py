@@ -1,16 +1,25 @@
 """One ext_proc stream: one client request as Envoy shows it to the Endpoint Picker.
 
-Envoy sends the request's headers, then (BUFFERED) its whole body; the EPP answers the body
-with the engine's address (:mod:`gateway.api.epp.pick`), or with an immediate error response.
+Envoy sends the request's headers, then its body; the EPP answers with the engine's address
+(:mod:`gateway.api.epp.pick`), or with an immediate error response. Three body modes:
+
+- BUFFERED: the headers are answered at once; the whole body follows and its answer routes.
+- STREAMED: the body's pieces are kept until the last. With
+  ``send_body_without_waiting_for_header_response`` they come before the headers are
+  answered, so the headers' answer waits for the last piece and routes, then each piece is
+  answered.
+- FULL_DUPLEX_STREAMED: as the last, and the body goes back in one piece.
+
 A bounded share of requests is *watched*: the answer to their headers asks Envoy for their
 response headers too (a mode override; the bootstrap ``specgate envoy-config`` writes skips
-them otherwise, and Envoy adds the route headers from the EPP's metadata). A watched
-response's status, the engine that served it and, for a sampled few, its body chunk by chunk
-(:mod:`gateway.api.epp.observe`) come to the EPP. Envoy ends the stream when the response
-ends: the request then releases its slots, reports its telemetry and, when its body was
-read, teaches the policy. With the filter in FULL_DUPLEX_STREAMED mode the headers' answer
-waits for the whole body, the body goes back in one piece, and the response headers must be
-sent (Envoy then ends the stream only after them).
+them otherwise, and Envoy adds the route headers from the EPP's metadata). Envoy ignores the
+override where the body is sent without waiting for the headers' answer: there only the
+filter's own modes say whether the response phase comes. A watched response's status, the engine that
+served it and, for a sampled few, its body chunk by chunk (:mod:`gateway.api.epp.observe`)
+come to the EPP. Envoy ends the stream when the response ends: the request then releases
+its slots, reports its telemetry and, when its body was read, teaches the policy. In full
+duplex mode Envoy honours no mode override: its config must send the response headers
+(Envoy ends the stream only after them).
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ class ExtProcStream:
         self.req: ClientRequest | None = None
         self.endpoint: str | None = None  # CHAT / COMPLETIONS; None: not an inference
         self.full_duplex = False
+        self.deferred = False  # the body comes before the headers are answered
+        self.body_mode = m.BUFFERED
+        self.held = 0  # pieces of the body not answered yet (the headers' answer comes first)
         self.watched = False  # the response headers come to the EPP
         self.passthrough: str | None = None  # the engine of a request that is not an inference
         self._body = bytearray()
@@ -116,6 +128,8 @@ class ExtProcStream:
     def _request_headers(self, inc: m.Incoming) -> None:
         h = inc.headers
         self.full_duplex = inc.full_duplex
+        self.deferred = inc.full_duplex or (inc.body_mode == m.STREAMED and inc.body_without_waiting)
+        self.body_mode = inc.body_mode
         headers: CIMultiDict[str] = CIMultiDict((k, v) for k, v in h.items() if not k.startswith(":"))
         self.req = ClientRequest(headers, request_id(h.get(REQUEST_ID)), subset_of(inc.metadata))
         method = h.get(":method", "")
@@ -138,10 +152,10 @@ class ExtProcStream:
         if length is not None and length.isdigit() and int(length) > limit:
             self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
             return
-        if self.full_duplex:  # Envoy honours no mode override: the config must send them
-            self.watched = True
-        else:
-            self.watched = self.server.watch()
+        # Where the body comes without waiting, Envoy ignores mode overrides: in full duplex
+        # mode its config must send the response headers; else they come if it does.
+        self.watched = self.full_duplex or (not self.deferred and self.server.watch())
+        if not self.deferred:
             self.stream.send(m.continue_headers(watch=self.watched, body_mode=inc.body_mode))
 
     def _request_body(self, inc: m.Incoming) -> None:
@@ -160,7 +174,9 @@ class ExtProcStream:
             self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
             return
         if not inc.end_of_stream:
-            if not self.full_duplex:  # STREAMED: each chunk is answered; the body is kept
+            if self.deferred:  # answered after the headers, once the last piece routed
+                self.held += not self.full_duplex
+            else:  # STREAMED: each piece is answered; the body is kept
                 self.stream.send(m.CONTINUE_BODY)
             return
         raw = bytes(self._body)
@@ -210,13 +226,22 @@ class ExtProcStream:
         new_body = p.body if p.body is not None else (raw if decoded_body else None)
         headers = dict(p.set_headers)
         tags = {"route": p.decision.route.value, "reason": str(p.decision.reason), "engine": p.engine.name}
-        if self.full_duplex:
-            self.stream.send(
-                m.routed(m.REQUEST_HEADERS, p.endpoints, headers, None, tags, new_length=new_body is not None)
-            )
-            self.stream.send(m.full_duplex_chunk(new_body if new_body is not None else raw, True))
-        else:
+        if not self.deferred:
             self.stream.send(m.routed(m.REQUEST_BODY, p.endpoints, headers, new_body, tags))
+            return
+        replaced = new_body is not None
+        routed = m.routed(m.REQUEST_HEADERS, p.endpoints, headers, None, tags, new_length=replaced)
+        if self.full_duplex:
+            self.stream.send(routed)
+            self.stream.send(m.full_duplex_chunk(new_body if new_body is not None else raw, True))
+            return
+        # STREAMED, the body sent without waiting: the headers' answer, then one per piece (a
+        # new body replaces the last piece, the earlier ones dropped).
+        self.stream.send(routed)
+        for _ in range(self.held):
+            self.stream.send(m.body_chunk(None, clear=replaced))
+        self.held = 0
+        self.stream.send(m.body_chunk(new_body))
 
     def _refuse(self, exc: ApiError) -> None:
         """Envoy answers the client with this error; the request reaches no engine."""

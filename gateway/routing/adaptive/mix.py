@@ -17,14 +17,21 @@ window mean needs most of its requests to be new before it crosses break-even (a
 of copy-heavy edits turning into open chat crosses at ~80 % chat), which made detection
 as slow as the window; stationary mixed traffic keeps its whole window, since its older
 requests vary as much as the newest.
+
+Pricing is incremental: each entry's price is kept (with running sums) for as long as what
+it was priced with holds, so a decision prices only the requests that arrived since the last
+one, and the change test reads the window's newest third; the whole window is re-priced when
+the knowledge or the live ratio changes (an Endpoint Picker learns from a sampled few
+answers: most of its decisions re-price nothing).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 MAX_REQUESTS = 128
 CHANGE_MIN = 3  # requests each side of a change point needs
@@ -35,6 +42,8 @@ _SD_FLOOR = 0.1
 # third of the window (or CHANGE_MIN). A split deep in the window is one the test would
 # have seen earlier were it a change; in stationary traffic it is a run of chance.
 _NEW_SHARE = 1.0 / 3.0
+# Running sums are rebuilt from the kept prices this often (bounds their rounding drift).
+_RESUM_EVERY = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,13 @@ class TrafficMix:
     entries: deque[MixEntry] = field(default_factory=deque)
     _version: int = 0
     _cache: tuple[int, Hashable, MixPrice] | None = None
+    # The prices of the oldest len(_xs) entries (1/E live-corrected, and verified tokens),
+    # priced with _key, and their running sums (x, x², q).
+    _xs: deque[float] = field(default_factory=deque)
+    _qs: deque[float] = field(default_factory=deque)
+    _key: Hashable = None
+    _sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    _updates: int = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -75,43 +91,68 @@ class TrafficMix:
         mix.append(entry)
         lo, oldest = self.min_requests, entry.at - self.window_s
         while len(mix) > MAX_REQUESTS or (len(mix) > lo and mix[0].at < oldest):
-            mix.popleft()
+            self._drop_oldest()
         self._version += 1
+
+    def _drop_oldest(self) -> None:
+        self.entries.popleft()
+        if self._xs:
+            x, q = self._xs.popleft(), self._qs.popleft()
+            s = self._sums
+            s[0] -= x
+            s[1] -= x * x
+            s[2] -= q
+
+    def _reprice_all(self, key: Hashable) -> None:
+        self._xs.clear()
+        self._qs.clear()
+        self._sums[:] = [0.0, 0.0, 0.0]
+        self._key = key
+        self._updates = 0
 
     def priced(self, price: Pricer, live_ratio: float, knowledge: Hashable) -> MixPrice:
         """The mix priced entry by entry by ``price``; memoised until the mix, the live ratio
-        or ``knowledge`` (a token that changes whenever ``price`` would) changes."""
+        or ``knowledge`` (a token that changes whenever ``price`` would) changes. Entries
+        priced earlier with the same live ratio and knowledge keep their price."""
+        key = (live_ratio, knowledge)
         c = self._cache
-        if c is not None and c[0] == self._version and c[1] == (live_ratio, knowledge):
+        if c is not None and c[0] == self._version and c[1] == key:
             return c[2]
-        if not self.entries:
+        if key != self._key or self._updates >= _RESUM_EVERY:
+            self._reprice_all(key)
+        xs, qs, s = self._xs, self._qs, self._sums
+        for m in islice(self.entries, len(xs), None):
+            e, q = price(m)
+            x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
+            xs.append(x)
+            qs.append(q)
+            s[0] += x
+            s[1] += x * x
+            s[2] += q
+            self._updates += 1
+        if not xs:
             out = MixPrice(1.0, None)
         else:
-            xs: list[float] = []
-            qs: list[float] = []
-            for m in self.entries:
-                e, q = price(m)
-                xs.append(1.0 / (1.0 + (e - 1.0) * live_ratio))
-                qs.append(q)
-            cut = change_point(xs, self.change_z) if self.change_z > 0 else 0
+            cut = change_point(xs, self.change_z, s[0], s[1]) if self.change_z > 0 else 0
             if cut:  # the traffic changed: the window starts at its change
                 for _ in range(cut):
-                    self.entries.popleft()
-                del xs[:cut], qs[:cut]
+                    self._drop_oldest()
                 self._version += 1
-            inv, sq, verified = sum(xs), sum(x * x for x in xs), sum(qs)
             n = len(xs)
-            mean = inv / n
-            var = max(0.0, sq / n - mean * mean) * n / (n - 1) if n > 1 else 0.0
-            out = MixPrice(mean, verified / n, math.sqrt(var / n))
-        self._cache = (self._version, (live_ratio, knowledge), out)
+            mean = s[0] / n
+            var = max(0.0, s[1] / n - mean * mean) * n / (n - 1) if n > 1 else 0.0
+            out = MixPrice(mean, s[2] / n, math.sqrt(var / n))
+        self._cache = (self._version, key, out)
         return out
 
 
-def change_point(xs: list[float], z: float) -> int:
+def change_point(
+    xs: Sequence[float], z: float, total: float | None = None, total_sq: float | None = None
+) -> int:
     """Where the newest prices part from the older ones: the index of the first newest
     entry of the most significant split (0: none), each side at least ``CHANGE_MIN`` and
-    the newest at most ``_NEW_SHARE`` of the window.
+    the newest at most ``_NEW_SHARE`` of the window. ``total`` / ``total_sq``: the sums of
+    ``xs`` and of their squares, where known (only the newest third is then read).
 
     A split is significant when the two sides' means differ by more than ``z`` standard
     errors, with the spread pooled from both sides (at least ``_SD_FLOOR``): with no change,
@@ -120,20 +161,35 @@ def change_point(xs: list[float], z: float) -> int:
     n = len(xs)
     if n < 2 * CHANGE_MIN:
         return 0
-    pre = [0.0]
-    pre2 = [0.0]
-    for x in xs:
-        pre.append(pre[-1] + x)
-        pre2.append(pre2[-1] + x * x)
-    best, at = z, 0
-    floor = _SD_FLOOR * _SD_FLOOR
+    if total is None or total_sq is None:
+        total, total_sq = math.fsum(xs), math.fsum(x * x for x in xs)
     lo = max(CHANGE_MIN, n - max(CHANGE_MIN, int(n * _NEW_SHARE)))
-    for i in range(lo, n - CHANGE_MIN + 1):
+    hi = n - CHANGE_MIN
+    if lo > hi:
+        return 0
+    # The newest side's sums for each split, from the end back to ``lo``; the test compares
+    # squared statistics (t² against z²), the same order without a square root per split.
+    tail = list(islice(xs, lo, n))
+    best, at = z * z, 0
+    floor = _SD_FLOOR * _SD_FLOOR
+    dof = 1.0 / (n - 2)
+    sb = sb2 = 0.0
+    for x in tail[hi - lo + 1 :]:  # the newest CHANGE_MIN - 1: no split among them
+        sb += x
+        sb2 += x * x
+    for i in range(hi, lo - 1, -1):  # the split xs[:i] | xs[i:]
+        x = tail[i - lo]
+        sb += x
+        sb2 += x * x
         a, b = i, n - i
-        ma, mb = pre[i] / a, (pre[n] - pre[i]) / b
-        ss = pre2[i] - a * ma * ma + (pre2[n] - pre2[i]) - b * mb * mb
-        var = max(floor, ss / (n - 2))
-        t = abs(ma - mb) / math.sqrt(var * (1.0 / a + 1.0 / b))
-        if t > best:
-            best, at = t, i
+        sa = total - sb
+        ma, mb = sa / a, sb / b
+        ss = total_sq - sb2 - a * ma * ma + sb2 - b * mb * mb
+        var = ss * dof
+        if var < floor:
+            var = floor
+        d = ma - mb
+        t2 = d * d / (var * (1.0 / a + 1.0 / b))
+        if t2 > best or (t2 == best and at):  # ties: the oldest split, as read from the start
+            best, at = t2, i
     return at

@@ -610,9 +610,12 @@ def main() -> int:
             _wait_http(f"http://127.0.0.1:{aport}/ready")
             _wait_http(urls[name] + "/health")
             if envoy_version is None:
-                envoy_version = subprocess.run(
-                    [envoy, "--version"], capture_output=True, text=True
-                ).stdout.strip()
+                # "<binary path>  version: <sha>/<version>/...": the version, not where it lives
+                envoy_version = (
+                    subprocess.run([envoy, "--version"], capture_output=True, text=True)
+                    .stdout.strip()
+                    .rpartition("version: ")[2]
+                )
 
         litellm_version = None
         if "litellm" in targets:

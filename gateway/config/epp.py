@@ -22,7 +22,9 @@ class EppConfig(BaseModel):
         ge=0.0,
         le=10_000.0,
         description="answers per second per model whose body the EPP reads (tokens, timing, the "
-        "n-gram replay) to learn from; the others cost it only their headers",
+        "n-gram replay) to learn from; it watches as many a second for each model, counted together "
+        "(their response headers asked for: status, the engine that served), and the others cost it "
+        "no message after the request's (0: none watched, nothing learned)",
     )
     max_streams: int = Field(
         4096, ge=1, le=1_000_000, description="concurrent ext_proc streams per connection (HTTP/2 setting)"

@@ -2,14 +2,15 @@
 """CPU the gateway adds per request, in one process: a robust A/B for code changes.
 
 The end-to-end benchmark (``bench_overhead.py``) is noisy on a shared machine. Here the
-upstream, the gateway (``build_app`` with the real telemetry, policy ``always-base``) and a
+upstream, the gateway (``build_app`` with the real telemetry, policy ``always-base`` or
+``--policy``) and a
 raw HTTP client run on one uvloop; requests go one at a time, in alternating batches
 straight to the upstream and through the gateway, and the difference of
 ``time.process_time()`` per request is the gateway's own CPU (its server and client legs
 included). ``--minimal`` measures a bare aiohttp forwarder instead, for scale; ``--gap``
 idles between requests (a cold path, as at a low request rate on a busy machine).
 
-    .venv/bin/python loadtests/overhead_cpu.py [--stream] [--minimal] [--batches 30]
+    .venv/bin/python loadtests/overhead_cpu.py [--stream] [--minimal] [--policy adaptive] [--batches 30]
 
 Prints the median and quartile of the per-batch differences (µs per request).
 """
@@ -44,7 +45,7 @@ models:
         spec: {{name: spec0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream,
                method: ngram, k: 5}}
         base: {{name: base0, url: "http://127.0.0.1:{up}", served_model_name: bench-upstream}}
-    routing: {{policy: always-base}}
+    routing: {{policy: {policy}}}
 """
 
 
@@ -86,7 +87,7 @@ async def run(args: argparse.Namespace) -> list[float]:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "gateway.yaml"
-            path.write_text(CONFIG.format(up=up))
+            path.write_text(CONFIG.format(up=up, policy=args.policy))
             cfg = load_config(str(path))
         app = build_app(cfg, telemetry=build_telemetry(cfg.telemetry, known_models=["bench"]))
         gw_runner, gw = await _serve(app, **RUNNER_KWARGS)
@@ -134,6 +135,7 @@ async def run(args: argparse.Namespace) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stream", action="store_true", help="streamed answers (8 events, usage, [DONE])")
+    ap.add_argument("--policy", default="always-base", help="the gateway's routing policy (default always-base)")
     ap.add_argument("--minimal", action="store_true", help="a bare aiohttp forwarder instead of specgate")
     ap.add_argument("--batches", type=int, default=30, help="batch pairs (direct, proxied); default 30")
     ap.add_argument("--requests", type=int, default=100, help="requests per batch; default 100")

@@ -135,7 +135,7 @@ async def run(args: argparse.Namespace) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stream", action="store_true", help="streamed answers (8 events, usage, [DONE])")
-    ap.add_argument("--policy", default="always-base", help="the gateway's routing policy (default always-base)")
+    ap.add_argument("--policy", default="always-base", help="routing policy (default always-base)")
     ap.add_argument("--minimal", action="store_true", help="a bare aiohttp forwarder instead of specgate")
     ap.add_argument("--batches", type=int, default=30, help="batch pairs (direct, proxied); default 30")
     ap.add_argument("--requests", type=int, default=100, help="requests per batch; default 100")

@@ -31,7 +31,7 @@ Extension's Endpoint Picker protocol. What the generated bootstrap holds:
   then the priorities send the traffic to the plain engines while their ``/health``
   answers. The pick itself ignores priorities and health: the EPP decides. The engine that
   served goes back to specgate as ``envoy.lb`` / ``x-gateway-destination-endpoint-served``
-  with the response headers;
+  with the response headers of the answers it watches;
 - the cluster ``specgate_epp`` (HTTP/2) at the EPP's address.
 
 Engine addresses: an engine's ``endpoint`` if set, else its url's host and port. Where every

@@ -126,6 +126,32 @@ def _telemetry() -> GatewayTelemetry:
     return GatewayTelemetry(TelemetryConfig(process_metrics=False, known_models=("qwen3-8b",)))
 
 
+def _same_name_config(group: EmulatorGroup) -> GatewayConfig:
+    """The EPP in front of a pair whose engines both serve the client's model name."""
+    return gateway_config_for(
+        group,
+        **{
+            "epp.enabled": True,
+            "epp.port": 0,
+            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
+            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
+        },
+    )
+
+
+async def _statuses(e: Epp) -> dict[str, float]:
+    """specgate_requests_total by status, from specgate's /metrics."""
+    async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
+        text = await resp.text()
+    return {
+        x.labels["status"]: x.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "specgate_requests"
+        for x in fam.samples
+        if x.name.endswith("_total")
+    }
+
+
 def _engine(e: Epp, name: str) -> Any:
     return next(x for x in e.state.engines if x.name == name)
 
@@ -238,15 +264,7 @@ async def test_a_request_that_is_not_an_inference_goes_to_the_plain_engine(epp: 
 
 
 async def test_envoy_served_the_sibling_so_the_request_counts_there(same_name_pair: EmulatorGroup) -> None:
-    cfg = gateway_config_for(
-        same_name_pair,
-        **{
-            "epp.enabled": True,
-            "epp.port": 0,
-            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
-            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
-        },
-    )
+    cfg = _same_name_config(same_name_pair)
     async with running(cfg) as epp, epp.call() as c:
         await c.ask(request_headers())
         r = await c.ask(request_body(chat(temperature=0.0)))
@@ -357,15 +375,7 @@ async def test_a_body_sent_without_waiting_is_answered_after_the_headers(
         assert await c.end() == grpc.StatusCode.OK
     assert epp.state.inflight == 0
     # Engines serving the client's name: every piece passes as it is.
-    cfg = gateway_config_for(
-        same_name_pair,
-        **{
-            "epp.enabled": True,
-            "epp.port": 0,
-            "models.0.pairs.0.spec.served_model_name": "qwen3-8b",
-            "models.0.pairs.0.base.served_model_name": "qwen3-8b",
-        },
-    )
+    cfg = _same_name_config(same_name_pair)
     async with running(cfg) as e, e.call() as c:
         await c.send(request_headers(streamed=True, without_waiting=True))
         await c.send(request_body(body, eos=False))
@@ -468,16 +478,7 @@ async def test_a_bounded_share_of_answers_is_watched_and_the_rest_relayed_unseen
             assert await c.end() == grpc.StatusCode.OK  # the response ended, unseen
         assert _engine(e, engine).inflight == 0 and e.state.inflight == 0
         assert _engine(e, engine).total_failures == 0
-        async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
-            text = await resp.text()
-    statuses = {
-        x.labels["status"]: x.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name == "specgate_requests"
-        for x in fam.samples
-        if x.name.endswith("_total")
-    }
-    assert statuses == {"200": 1, "unobserved": 1}
+        assert await _statuses(e) == {"200": 1, "unobserved": 1}
 
 
 async def test_an_unwatched_stream_cut_by_envoy_counts_as_a_client_disconnect(
@@ -490,16 +491,7 @@ async def test_an_unwatched_stream_cut_by_envoy_counts_as_a_client_disconnect(
             await c.ask(request_body(chat()))
             c.raw.cancel()  # Envoy resets the stream (the client went away)
         assert await e.state.drain(TIMEOUT_S)  # the RST_STREAM is seen on a later loop turn
-        async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
-            text = await resp.text()
-    statuses = {
-        x.labels["status"]: x.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name == "specgate_requests"
-        for x in fam.samples
-        if x.name.endswith("_total")
-    }
-    assert statuses == {"499": 1}
+        assert await _statuses(e) == {"499": 1}
 
 
 @pytest.fixture

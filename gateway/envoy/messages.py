@@ -82,11 +82,15 @@ class Incoming:
     body: bytes = b""
     end_of_stream: bool = False
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace → fields
-    full_duplex: bool = False  # the filter streams the request body both ways
     body_mode: int = BUFFERED  # the filter's request_body_mode (ProtocolConfiguration)
     # ProtocolConfiguration.send_body_without_waiting_for_header_response (STREAMED): the body
     # comes before the headers are answered
     body_without_waiting: bool = False
+
+    @property
+    def full_duplex(self) -> bool:
+        """The filter streams the request body both ways."""
+        return self.body_mode == FULL_DUPLEX_STREAMED
 
 
 def parse(message: bytes) -> Incoming:
@@ -123,7 +127,6 @@ def parse(message: bytes) -> Incoming:
             for f, w, v in fields(value):
                 if f == 1 and w == VARINT:
                     inc.body_mode = v
-                    inc.full_duplex = v == FULL_DUPLEX_STREAMED
                 elif f == 3 and w == VARINT:
                     inc.body_without_waiting = bool(v)
     return inc

@@ -56,9 +56,8 @@ class ExtProcStream:
         self.stream = stream
         self.req: ClientRequest | None = None
         self.endpoint: str | None = None  # CHAT / COMPLETIONS; None: not an inference
-        self.full_duplex = False
+        self.body_mode = m.BUFFERED  # the filter's request body mode
         self.deferred = False  # the body comes before the headers are answered
-        self.body_mode = m.BUFFERED
         self.held = 0  # pieces of the body not answered yet (the headers' answer comes first)
         self.watched = False  # the response headers come to the EPP
         self.passthrough: str | None = None  # the engine of a request that is not an inference
@@ -70,6 +69,10 @@ class ExtProcStream:
         self.error: str | None = None
         self.closed = False
         self.model_label = "unknown"  # the telemetry label of a refused request
+
+    @property
+    def full_duplex(self) -> bool:
+        return self.body_mode == m.FULL_DUPLEX_STREAMED
 
     # -- StreamHandler -----------------------------------------------------------------
     def on_message(self, message: bytes) -> None:
@@ -127,9 +130,8 @@ class ExtProcStream:
     # -- request ------------------------------------------------------------------------
     def _request_headers(self, inc: m.Incoming) -> None:
         h = inc.headers
-        self.full_duplex = inc.full_duplex
-        self.deferred = inc.full_duplex or (inc.body_mode == m.STREAMED and inc.body_without_waiting)
         self.body_mode = inc.body_mode
+        self.deferred = inc.full_duplex or (inc.body_mode == m.STREAMED and inc.body_without_waiting)
         headers: CIMultiDict[str] = CIMultiDict((k, v) for k, v in h.items() if not k.startswith(":"))
         self.req = ClientRequest(headers, request_id(h.get(REQUEST_ID)), subset_of(inc.metadata))
         method = h.get(":method", "")

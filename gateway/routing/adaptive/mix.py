@@ -184,7 +184,7 @@ def change_point(
         a, b = i, n - i
         sa = total - sb
         ma, mb = sa / a, sb / b
-        ss = total_sq - sb2 - a * ma * ma + sb2 - b * mb * mb
+        ss = total_sq - a * ma * ma - b * mb * mb  # both sides' sums of squared deviations
         var = ss * dof
         if var < floor:
             var = floor

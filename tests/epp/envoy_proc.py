@@ -30,6 +30,21 @@ NAMES = itertools.count()
 START_DEADLINE_S = 30.0
 
 
+def hcm(boot: Doc) -> Doc:
+    """The bootstrap's one HTTP connection manager (its typed config)."""
+    (listener,) = boot["static_resources"]["listeners"]
+    (chain,) = listener["filter_chains"]
+    (f,) = chain["filters"]
+    assert f["name"] == "envoy.filters.network.http_connection_manager"
+    return f["typed_config"]  # type: ignore[no-any-return]
+
+
+def http_filter(boot: Doc, name: str) -> Doc:
+    """The typed config of the connection manager's HTTP filter ``name``."""
+    (found,) = [f["typed_config"] for f in hcm(boot)["http_filters"] if f["name"] == name]
+    return found  # type: ignore[no-any-return]
+
+
 @dataclass
 class Envoy:
     url: str

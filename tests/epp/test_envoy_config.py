@@ -42,7 +42,7 @@ from gateway.envoy.bootstrap import (
     envoy_config,
 )
 from gateway.envoy.cli_envoy_config import document
-from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, needs_envoy, run_envoy
+from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, hcm, http_filter, needs_envoy, run_envoy
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_FILE = REPO / "deploy" / "envoy" / "envoy.yaml"
@@ -88,19 +88,6 @@ TWO_PAIRS = [("10.0.0.1:8001", "10.0.0.1:8002"), ("10.0.0.2:8001", "10.0.0.2:800
 
 def cluster(boot: Doc, name: str) -> Doc:
     (found,) = [c for c in boot["static_resources"]["clusters"] if c["name"] == name]
-    return found  # type: ignore[no-any-return]
-
-
-def hcm(boot: Doc) -> Doc:
-    (listener,) = boot["static_resources"]["listeners"]
-    (chain,) = listener["filter_chains"]
-    (f,) = chain["filters"]
-    assert f["name"] == "envoy.filters.network.http_connection_manager"
-    return f["typed_config"]  # type: ignore[no-any-return]
-
-
-def http_filter(boot: Doc, name: str) -> Doc:
-    (found,) = [f["typed_config"] for f in hcm(boot)["http_filters"] if f["name"] == name]
     return found  # type: ignore[no-any-return]
 
 

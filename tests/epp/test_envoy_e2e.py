@@ -29,7 +29,7 @@ from gateway.config import GatewayConfig
 from gateway.emulator.launch import EmulatorGroup, RunningEngine
 from gateway.envoy.bootstrap import envoy_config
 from tests.conftest import gateway_config_for
-from tests.epp.envoy_proc import Envoy, needs_envoy, run_envoy
+from tests.epp.envoy_proc import Envoy, http_filter, needs_envoy, run_envoy
 
 pytestmark = needs_envoy
 
@@ -256,15 +256,14 @@ def _body_mode(body_mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     send_body_without_waiting_for_header_response."""
 
     def edit(boot: dict[str, Any]) -> dict[str, Any]:
-        hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-        ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
-        mode = ext["typed_config"]["processing_mode"]
+        ext = http_filter(boot, "envoy.filters.http.ext_proc")
+        mode = ext["processing_mode"]
         mode["request_body_mode"] = body_mode
         if body_mode == "FULL_DUPLEX_STREAMED":
             mode["request_trailer_mode"] = "SEND"
             mode["response_header_mode"] = "SEND"
         else:
-            ext["typed_config"]["send_body_without_waiting_for_header_response"] = True
+            ext["send_body_without_waiting_for_header_response"] = True
         return boot
 
     return edit

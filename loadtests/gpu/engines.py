@@ -160,8 +160,6 @@ COMMON = (
     "dummy",
     "--max-model-len",
     "2048",
-    "--max-num-seqs",
-    "64",
     "--gpu-memory-utilization",
     "0.05",  # only checked against free memory at start; --kv-cache-memory-bytes sizes the cache
     "--seed",
@@ -177,7 +175,15 @@ def by_name(name: str) -> Engine:
     raise KeyError(f"no engine {name!r}; choose from {', '.join(e.name for e in ENGINES)}")
 
 
-def command(e: Engine, models: str) -> list[str]:
+MAX_NUM_SEQS = 64  # rounds 1-16; vLLM's own default on these GPUs is larger (--max-num-seqs)
+
+
+def command(
+    e: Engine, models: str, max_num_seqs: int = MAX_NUM_SEQS, kv_gib: float | None = None
+) -> list[str]:
+    """The engine's vLLM command line; ``kv_gib`` overrides its KV-cache budget (a pair's
+    engine gets that, an engine that stands for a whole pair twice that)."""
+    gib = e.kv_gib if kv_gib is None else kv_gib * e.kv_gib / 6.0
     cmd = [
         sys.executable,
         "-m",
@@ -189,7 +195,9 @@ def command(e: Engine, models: str) -> list[str]:
         "--port",
         str(e.port),
         "--kv-cache-memory-bytes",
-        str(int(e.kv_gib * GIB)),
+        str(int(gib * GIB)),
+        "--max-num-seqs",
+        str(max_num_seqs),
         *COMMON,
         *e.extra,
     ]
@@ -199,7 +207,9 @@ def command(e: Engine, models: str) -> list[str]:
     return cmd
 
 
-def start(models: str, logs: str, names: list[str]) -> int:
+def start(
+    models: str, logs: str, names: list[str], max_num_seqs: int = MAX_NUM_SEQS, kv_gib: float | None = None
+) -> int:
     os.makedirs(logs, exist_ok=True)
     env = {
         **os.environ,
@@ -217,7 +227,7 @@ def start(models: str, logs: str, names: list[str]) -> int:
         pids, cmds = {**old["pids"]}, {**old["commands"]}
     for name in names:
         e = by_name(name)
-        cmd = command(e, models)
+        cmd = command(e, models, max_num_seqs, kv_gib)
         with open(os.path.join(logs, f"{e.name}.log"), "ab") as log:
             p = subprocess.Popen(
                 cmd,
@@ -308,15 +318,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--logs", default="/tmp/vlogs")
     p.add_argument("--engines", default=",".join(e.name for e in ENGINES))
     p.add_argument("--timeout", type=float, default=420.0)
+    p.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS, help="every engine's batch cap")
+    p.add_argument(
+        "--kv-gib",
+        type=float,
+        default=None,
+        help="KV cache of a pair's engine in GiB (default: each engine's own, 6 for a pair's)",
+    )
     a = p.parse_args(argv)
     if a.action == "start":
-        return start(a.models, a.logs, [n for n in a.engines.split(",") if n])
+        names = [n for n in a.engines.split(",") if n]
+        return start(a.models, a.logs, names, a.max_num_seqs, a.kv_gib)
     if a.action == "wait":
         return wait(a.logs, a.timeout)
     if a.action == "status":
         return status(a.logs)
     for e in ENGINES:
-        print(" ".join(command(e, a.models)))
+        print(" ".join(command(e, a.models, a.max_num_seqs, a.kv_gib)))
     return 0
 
 

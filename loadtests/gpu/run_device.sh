@@ -47,14 +47,16 @@ up)
   fi
   python3 -c "import vllm, torch, pydantic, aiohttp; print('vllm', vllm.__version__, 'torch', torch.__version__, 'pydantic', pydantic.VERSION, 'aiohttp', aiohttp.__version__)" || exit 1
   python3 loadtests/gpu/dummy_models.py /tmp/vmodels || exit 1
-  python3 loadtests/gpu/engines.py start --models /tmp/vmodels --logs /tmp/vlogs ${ENGINES:+--engines $ENGINES}
+  python3 loadtests/gpu/engines.py start --models /tmp/vmodels --logs /tmp/vlogs ${ENGINES:+--engines $ENGINES} \
+    ${MAX_NUM_SEQS:+--max-num-seqs $MAX_NUM_SEQS} ${KV_GIB:+--kv-gib $KV_GIB}
   python3 loadtests/gpu/engines.py wait --logs /tmp/vlogs --timeout "${WAIT_S:-420}"
   rc=$?
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
   {
     echo "date: $(date -u +%FT%TZ)"
     python3 -c "import vllm, torch, sys; print('vllm', vllm.__version__); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('python', sys.version.split()[0])"
-    python3 loadtests/gpu/engines.py list --models /tmp/vmodels
+    python3 loadtests/gpu/engines.py list --models /tmp/vmodels ${MAX_NUM_SEQS:+--max-num-seqs $MAX_NUM_SEQS} \
+      ${KV_GIB:+--kv-gib $KV_GIB}
     cat "$OUT/nvidia-smi.txt"
   } > "$OUT/versions.txt" 2>&1
   python3 loadtests/gpu/probe.py /tmp/probe "$(python3 -c 'import json; print(",".join(json.load(open("/tmp/vlogs/ready.json"))))')"

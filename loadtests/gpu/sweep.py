@@ -94,6 +94,7 @@ def emulator_yaml(
     profile: str,
     time_scale: float,
     spec_cost_scale: float = 1.0,
+    max_num_seqs: int = 64,
 ) -> str:
     """An ``specgate emulate --config`` file with the real set's flags (one device timeline)."""
     out = []
@@ -103,7 +104,7 @@ def emulator_yaml(
             "port": ports[e.name],
             "device": "gpu0",
             "profile": profile,
-            "max_num_seqs": 64,
+            "max_num_seqs": max_num_seqs,
             "max_model_len": 2048,
             "num_gpu_blocks": blocks.get(e.name, 2730),
         }
@@ -131,7 +132,15 @@ async def start_target(args: argparse.Namespace, engines: list[Engine], logdir: 
     path = os.path.join(logdir, "emulator.yaml")
     with open(path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - tiny local file
         fh.write(
-            emulator_yaml(engines, ports, blocks, args.emu_profile, args.time_scale, args.emu_spec_cost_scale)
+            emulator_yaml(
+                engines,
+                ports,
+                blocks,
+                args.emu_profile,
+                args.time_scale,
+                args.emu_spec_cost_scale,
+                args.emu_max_num_seqs,
+            )
         )
     proc = Proc(
         "emulator",
@@ -418,6 +427,9 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="emulated: what speculation adds to a step x the profile's price (a truth unlike the "
         "gateway's prior, e.g. 0.5 where the real engines verified cheaper than the profile)",
+    )
+    p.add_argument(
+        "--emu-max-num-seqs", type=int, default=64, help="emulated: every engine's batch cap (max_num_seqs)"
     )
     p.add_argument(
         "--engine-logs",

@@ -79,6 +79,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="both engines' max_num_seqs")
     parser.add_argument(
+        "--max-tokens-cap",
+        type=int,
+        default=1024,
+        help="each request's max_tokens at most this (the real-GPU scripts send 256)",
+    )
+    parser.add_argument(
         "--spec-cost-scale",
         type=float,
         default=1.0,
@@ -214,6 +220,7 @@ def _sim_config(
         spec_extra=json.loads(args.spec_config),
         spec_overhead_ms=args.spec_overhead_ms,
         max_num_seqs=args.max_num_seqs,
+        max_tokens_cap=args.max_tokens_cap,
         routing=routing if policy == ADAPTIVE else {},
         phases=phases,
         warmup_s=args.warmup,
@@ -237,6 +244,8 @@ def main(args: argparse.Namespace) -> int:
         parse_spec_config({"method": args.method, "num_speculative_tokens": args.k, **extra})
         if not 1 <= args.max_num_seqs <= 4096:
             raise ValueError("--max-num-seqs must be 1..4096")
+        if not 1 <= args.max_tokens_cap <= 32768:
+            raise ValueError("--max-tokens-cap must be 1..32768")
         if not 0.0 <= args.spec_overhead_ms <= 1000.0:
             raise ValueError("--spec-overhead-ms must be within 0..1000")
         check_spec_cost_scale(args.spec_cost_scale, "--spec-cost-scale")

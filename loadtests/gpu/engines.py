@@ -175,7 +175,7 @@ def by_name(name: str) -> Engine:
     raise KeyError(f"no engine {name!r}; choose from {', '.join(e.name for e in ENGINES)}")
 
 
-MAX_NUM_SEQS = 64  # rounds 1-16; vLLM's own default on these GPUs is larger (--max-num-seqs)
+MAX_NUM_SEQS = 64  # every engine's batch cap in rounds 1-16 (round 17: 256, --max-num-seqs)
 
 
 def command(

@@ -59,6 +59,16 @@ def test_cli_rejects_bad_input(tmp_path: Path) -> None:
     cli_simulate.configure(parser)
     assert cli_simulate.main(parser.parse_args(["--qps", "x", "--out", str(tmp_path)])) == 2
     assert cli_simulate.main(parser.parse_args(["--policies", "nope", "--out", str(tmp_path)])) == 2
+    assert cli_simulate.main(parser.parse_args(["--max-tokens-cap", "0", "--out", str(tmp_path)])) == 2
+
+
+def test_cli_caps_every_answer_at_max_tokens_cap() -> None:
+    parser = argparse.ArgumentParser()
+    cli_simulate.configure(parser)
+    args = parser.parse_args(["--qps", "2", "--duration", "6", "--warmup", "0", "--max-tokens-cap", "16"])
+    capped = simulate(cli_simulate._sim_config(args, 2.0, "always-base", 6.0, {}))
+    done = [r for r in capped.records if r.finished_at is not None]
+    assert done and max(r.output_tokens for r in done) == 16
 
 
 def test_prompt_lookup_sizes_reach_the_spec_engine() -> None:

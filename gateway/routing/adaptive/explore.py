@@ -49,7 +49,7 @@ PLAIN_OFF = 0.20  # ...this far off the profile (another GPU: 1.2-2 x; the profi
 PLAIN_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
 RETRY_S = 300.0
 SPEC_MAX_S = 15.0  # a fit needs the engine alone for a scrape window (10 s) after the drain
-EXTRAPOLATION = 2.0  # spec's cheapness at the peak ÷ at the loads it ran (see Explorer.spec)
+EXTRAPOLATION = 1.0  # spec's cheapness at the peak ÷ at the loads it ran, taken as measured (Explorer.spec)
 FIT_NOISE = math.log1p(0.05)  # cheapness within this of the profile is the fits' noise
 
 
@@ -106,13 +106,18 @@ class Explorer:
         ``headroom``: log(the speed-up spec must show ÷ the one predicted), how far off
         the prediction would have to be for spec to pay here (at most 0: the evidence
         takes the pair there anyway). Where spec ran, its price at another load is
-        extrapolated by its measured ÷ profile ratio. What a drafter adds to a step grows
-        with the batch, so a spec engine measured dearer than the profile at the loads it
-        ran is dearer still at a larger batch (the extrapolation flatters it: no need to
-        look), and one measured cheaper is cheaper still, by about as much again. So an
-        engine measured elsewhere is explored only if the headroom is within twice how
-        much cheaper than the profile it was seen, beyond the fits' noise (5 %: at a
-        break-even peak, exploring on noise cost a simulated near-saturated day 9 %);
+        extrapolated by its measured ÷ profile ratio. A spec engine measured dearer than
+        the profile at the loads it ran is taken as dearer at a larger batch too (the
+        extrapolation flatters it: no need to look). One measured cheaper is explored
+        only if the headroom is within how much cheaper than the profile it was seen,
+        beyond the fits' noise (5 %: at a break-even peak, exploring on noise cost a
+        simulated near-saturated day 9 %). Not twice that: how the error changes with the
+        batch differs by GPU. An H100 read spec's excess shrinking with the batch (1.4 x
+        the profile at 10 in flight, 1.24 x at 64). An H200 read spec 0.81-0.85 x plain at
+        light load, cheaper than the profile's 0.88-0.91, yet as the profile prices it at
+        the peak (2.1-2.9 x plain). With that H200's errors simulated, "cheaper still by as
+        much again" explored spec at the peak of a day and lost it 46 % (1.462 x
+        always-base, against 0.971 x with the cheapness taken as measured);
         one never measured is not explored: where it ran nowhere there is no measurement
         to extrapolate from, and exploring it at the load where plain first read off the
         profile (a saturated peak) cost a simulated 48-QPS day 14 %; nor is one measured as

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 GIB = 1 << 30
+PAIR_KV_GIB = 6.0  # a pair engine's KV cache, unless --kv-gib says otherwise
 MODEL = "qwen3-8b"  # the model name clients use at the gateway
 
 
@@ -86,18 +87,18 @@ EAGLE3_LO = _synthetic("eagle3", 3, [0.4, 0.15, 0.05])  # AL 1.6
 V1_RUNNER = (("VLLM_USE_V2_MODEL_RUNNER", "0"),)  # vLLM's V1 model runner, where V2 is the default
 
 ENGINES: tuple[Engine, ...] = (
-    Engine("base", 8100, 6.0, notes="plain engine"),
+    Engine("base", 8100, PAIR_KV_GIB, notes="plain engine"),
     Engine(
         "ngram",
         8101,
-        6.0,
+        PAIR_KV_GIB,
         {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
         notes="prompt lookup; acceptance is whatever the random-weight model's output gives",
     ),
     Engine(
         "eagle3-hi",
         8102,
-        6.0,
+        PAIR_KV_GIB,
         _synthetic("eagle3", 3, [0.8, 0.6, 0.45]),
         draft="qwen3-8b-eagle3",
         notes="EAGLE-3 head (random weights), synthetic acceptance, AL 2.85",
@@ -105,7 +106,7 @@ ENGINES: tuple[Engine, ...] = (
     Engine(
         "eagle3-lo",
         8103,
-        6.0,
+        PAIR_KV_GIB,
         EAGLE3_LO,
         draft="qwen3-8b-eagle3",
         notes="EAGLE-3 head (random weights), synthetic acceptance, AL 1.6",
@@ -121,7 +122,7 @@ ENGINES: tuple[Engine, ...] = (
     Engine(
         "eagle3-dsd",
         8105,
-        12.0,  # the whole budget of a pair (two engines' 6 GiB): one engine instead of two
+        2 * PAIR_KV_GIB,  # the whole budget of a pair: one engine instead of two
         {
             **EAGLE3_LO,
             "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 0]],
@@ -135,7 +136,7 @@ ENGINES: tuple[Engine, ...] = (
     Engine(
         "eagle3-lo-v1",
         8107,
-        6.0,
+        PAIR_KV_GIB,
         EAGLE3_LO,
         draft="qwen3-8b-eagle3",
         notes="eagle3-lo on the V1 model runner: what the runner alone costs, beside eagle3-dsd",
@@ -144,7 +145,7 @@ ENGINES: tuple[Engine, ...] = (
     Engine(
         "eagle3-dsd1",
         8106,
-        12.0,
+        2 * PAIR_KV_GIB,
         {
             **EAGLE3_LO,
             "num_speculative_tokens_per_batch_size": [[1, 32, 3], [33, 1024, 1]],
@@ -183,7 +184,7 @@ def command(
 ) -> list[str]:
     """The engine's vLLM command line; ``kv_gib`` overrides its KV-cache budget (a pair's
     engine gets that, an engine that stands for a whole pair twice that)."""
-    gib = e.kv_gib if kv_gib is None else kv_gib * e.kv_gib / 6.0
+    gib = e.kv_gib if kv_gib is None else kv_gib * e.kv_gib / PAIR_KV_GIB
     cmd = [
         sys.executable,
         "-m",

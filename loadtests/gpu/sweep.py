@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
 from engine_watch import watching  # noqa: E402
-from engines import ENGINES, MODEL, Engine, by_name  # noqa: E402
+from engines import ENGINES, MAX_NUM_SEQS, MODEL, Engine, by_name  # noqa: E402
 
 from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
 from gateway.bench.procs import Proc, free_port  # noqa: E402
@@ -94,7 +94,7 @@ def emulator_yaml(
     profile: str,
     time_scale: float,
     spec_cost_scale: float = 1.0,
-    max_num_seqs: int = 64,
+    max_num_seqs: int = MAX_NUM_SEQS,
 ) -> str:
     """An ``specgate emulate --config`` file with the real set's flags (one device timeline)."""
     out = []
@@ -429,7 +429,10 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         "gateway's prior, e.g. 0.5 where the real engines verified cheaper than the profile)",
     )
     p.add_argument(
-        "--emu-max-num-seqs", type=int, default=64, help="emulated: every engine's batch cap (max_num_seqs)"
+        "--emu-max-num-seqs",
+        type=int,
+        default=MAX_NUM_SEQS,
+        help="emulated: every engine's batch cap (max_num_seqs)",
     )
     p.add_argument(
         "--engine-logs",

@@ -49,7 +49,6 @@ PLAIN_OFF = 0.20  # ...this far off the profile (another GPU: 1.2-2 x; the profi
 PLAIN_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
 RETRY_S = 300.0
 SPEC_MAX_S = 15.0  # a fit needs the engine alone for a scrape window (10 s) after the drain
-EXTRAPOLATION = 1.0  # spec's cheapness at the peak ÷ at the loads it ran, taken as measured (Explorer.spec)
 FIT_NOISE = math.log1p(0.05)  # cheapness within this of the profile is the fits' noise
 
 
@@ -135,7 +134,7 @@ class Explorer:
                 and could_pay
                 and headroom > 0.0
                 and cheaper is not None
-                and headroom <= EXTRAPOLATION * (cheaper - FIT_NOISE)
+                and headroom <= cheaper - FIT_NOISE
                 and scales.measured_near(False, load, now)
                 and not scales.measured_near(True, load, now)
                 and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S

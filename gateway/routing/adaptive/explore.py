@@ -57,6 +57,8 @@ class Explorer:
     """When an engine is being explored (see the module's docstring)."""
 
     plain_until: float = -math.inf
+    plain_on: bool = False  # plain was being explored at the last call
+    plain_ended: bool = False  # ...and the last call ended it (measured, or out of time)
     spec_until: float = -math.inf
     spec_on: bool = False  # spec was being explored at the last call
     spec_ended: bool = False  # ...and the last call ended it (measured, or out of time)
@@ -66,23 +68,28 @@ class Explorer:
     def plain(
         self, scales: StepScales, now: float, *, speculating: bool, queued: bool, scale_spec: float
     ) -> bool:
-        """Whether the plain engine is being explored now (the pair then runs plain)."""
+        """Whether the plain engine is being explored now (the pair then runs plain); when
+        a call ends an exploration, ``plain_ended`` says so (the policy then goes back to
+        spec unless plain now pays beyond the band: the pair was speculating, and an
+        exploration measures, it does not flip; on a real H100 the flip it left behind held
+        a pair on plain for 20-30 s at light load where spec was 20 % faster)."""
         if now < self.plain_until:
-            if scales.assumed(spec=False):
-                return True
-            self.plain_until = -math.inf  # measured: the evidence decides from here
-            return False
-        if (
-            speculating
-            and not queued
-            and scales.assumed(spec=False)
-            and scales.fits[True] >= PLAIN_AFTER_FITS
-            and abs(math.log(scale_spec)) > math.log1p(PLAIN_OFF)
-            and now >= self.plain_until + RETRY_S
-        ):
-            self.plain_until = now + PLAIN_MAX_S
-            return True
-        return False
+            on = scales.assumed(spec=False)
+            if not on:
+                self.plain_until = -math.inf  # measured: the evidence decides from here
+        else:
+            on = (
+                speculating
+                and not queued
+                and scales.assumed(spec=False)
+                and scales.fits[True] >= PLAIN_AFTER_FITS
+                and abs(math.log(scale_spec)) > math.log1p(PLAIN_OFF)
+                and now >= self.plain_until + RETRY_S
+            )
+            if on:
+                self.plain_until = now + PLAIN_MAX_S
+        self.plain_ended, self.plain_on = self.plain_on and not on, on
+        return on
 
     def spec(
         self,

@@ -59,8 +59,9 @@ class PairState(RegimePricing):
         self._decode_s = 2.0  # its decoding part (from the first token to the last)
         self._quiet = True  # see _quiet_pair
         self._busy = 0.0  # mean requests in flight that arrivals find
-        # (time, requests in flight) at each decision, for as long as a request may live
-        self._loads: deque[tuple[float, float]] = deque(maxlen=8192)
+        # (time, requests in flight, the log of the live corrections the model applied to
+        # spec and to plain) at each decision, for as long as a request may live
+        self._loads: deque[tuple[float, float, float, float]] = deque(maxlen=8192)
         self.shared = SharedPair()  # other gateway replicas' requests on the same pair
         self.explorer = Explorer()  # an engine whose step time is only assumed is run once
         # Peers (:mod:`.peers`): the regime the cluster's leader published (None: this
@@ -83,7 +84,10 @@ class PairState(RegimePricing):
         spec and the plain engine were seen queueing. Returns (costs, load)."""
         load = self.live.batch(spec_load + base_load + 1.0)
         self.live.last_load = load
-        self._loads.append((now, load))
+        lens_spec, lens_base = self._lens(load)
+        self.bias.set_lens(Route.SPEC, lens_spec)
+        self.bias.set_lens(Route.BASE, lens_base)
+        self._loads.append((now, load, lens_spec, lens_base))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
             self._loads.popleft()
         costs = self._regime(load)
@@ -202,24 +206,42 @@ class PairState(RegimePricing):
             self._quiet = True
         return self._quiet
 
-    def _load_held(self, outcome: Outcome, now: float) -> float | None:
-        """The load (batch) the request found, if the pair's load held while it ran (else
-        None): its prediction was made at the load it found, and a request that met a
+    def _lens(self, load: float) -> tuple[float, float]:
+        """The log of the live corrections the model applies at ``load`` to spec (its step
+        scale, and the acceptance correction: the mix's tokens per step as corrected ÷ as
+        the prior and the learned classes expect) and to plain (its step scale); see
+        :mod:`.calibration`."""
+        e = 1.0 / max(self._inv_e_mix(), 1e-6)
+        expected = 1.0 + (e - 1.0) / max(self.live.ratio, 0.05)
+        return (
+            math.log(self.live.scale(True, load) * expected / e),
+            math.log(self.live.scale(False, load)),
+        )
+
+    def _load_held(self, outcome: Outcome, now: float) -> tuple[float, float] | None:
+        """The load (batch) the request found and the log of the live corrections its
+        prediction was priced with (for its engine), if the pair's load held while it ran
+        (else None): its prediction was made at the load it found, and a request that met a
         rising (or falling) load measured that change, not the model's error. A cold start
         at high QPS fills the engine within the first requests' lives, and would teach the
         bias that the engine is slow."""
         if outcome.tpot_s is None or outcome.probe:
             return None
         start = now - (outcome.ttft_s or 0.0) - outcome.tpot_s * max(0, outcome.completion_tokens - 1)
-        life: list[float] = []
-        for t, n in reversed(self._loads):  # newest first, back to the request's start
-            if t < start:
+        col = 2 if outcome.route is Route.SPEC else 3
+        life: list[tuple[float, float, float, float]] = []
+        for entry in reversed(self._loads):  # newest first, back to the request's start
+            if entry[0] < start:
                 break
-            life.append(n)
+            life.append(entry)
         if not life:  # no other request arrived meanwhile: the load it found held
-            return self._loads[-1][1] if self._loads else 1.0
-        found, mean = life[-1], sum(life) / len(life)
-        return found if abs(mean - found) <= _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR) else None
+            if not self._loads:
+                return 1.0, self.bias.lens[outcome.route]
+            return self._loads[-1][1], self._loads[-1][col]
+        found, mean = life[-1][1], sum(e[1] for e in life) / len(life)
+        if abs(mean - found) > _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR):
+            return None
+        return found, life[-1][col]
 
     def _handover(self, target: Route, pair: PairView, now: float, *, moving: bool = False) -> bool:
         """Whether the request still goes to the old mode's engine after a flip.

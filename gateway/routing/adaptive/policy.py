@@ -160,6 +160,10 @@ class AdaptivePolicy(PairState):
             self.explorer.spec_ended = False  # measured: back to plain unless spec now pays
             speculating = False
             self.mode.follow(speculating)
+        elif self.explorer.plain_ended and not speculating and speedup >= self.mode.lower:
+            self.explorer.plain_ended = False  # measured: back to spec unless plain now pays
+            speculating = True
+            self.mode.follow(speculating)
         # A flip of the regime by evidence (not a quiet pair following its device): the old
         # engine's streams move to the new one where the gateway can (move_on_flip).
         moving = self.cfg.move_on_flip and speculating != was and not quiet
@@ -241,10 +245,13 @@ class AdaptivePolicy(PairState):
         self.context.observe(outcome.prompt_tokens, outcome.completion_tokens)
         if self._fixed_steps is None:
             self.steps = self._steps_for(self.context.bucket())
-        found = self._load_held(outcome, now)
-        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and found is not None:
+        held = self._load_held(outcome, now)
+        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and held is not None:
+            found, lens = held
             tokens = outcome.completion_tokens
-            self.bias.observe(outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found)
+            self.bias.observe(
+                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found, lens
+            )
         if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
             decode = outcome.tpot_s * max(0, outcome.completion_tokens - 1)
             self._duration_s += 0.05 * (outcome.ttft_s + decode - self._duration_s)

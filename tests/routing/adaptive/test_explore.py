@@ -179,3 +179,44 @@ def test_traffic_that_could_not_pay_for_speculation_never_explores_spec() -> Non
     p, t = _pair_in_fallback_at_peak((CHAT_HOT,))
     decisions = _closed_loop(p, (CHAT_HOT,), {Route.SPEC: 0.7, Route.BASE: 1.0}, 64.0, t, 60)
     assert not any(d.route is Route.SPEC for d in decisions)
+
+
+def test_plain_is_explored_once_while_only_assumed_and_the_end_is_reported() -> None:
+    """Spec's fits settled far off the profile and plain never ran: plain is explored until
+    measured, and the call that ends it says so once."""
+    s = scales_with((4.0, 4.0, 4.0), (), 0.0, spec_ratio=1.3)
+    x = Explorer()
+    assert not x.plain(s, 0.0, speculating=True, queued=True, scale_spec=1.3)  # never beside a queue
+    assert not x.plain(s, 0.0, speculating=True, queued=False, scale_spec=1.1)  # near the profile
+    assert x.plain(s, 0.0, speculating=True, queued=False, scale_spec=1.3)
+    assert x.plain(s, 1.0, speculating=False, queued=False, scale_spec=1.3) and not x.plain_ended
+    s.observe(False, 4.0, 1.3, 2.0)  # plain measured: over
+    assert not x.plain(s, 2.5, speculating=False, queued=False, scale_spec=1.3) and x.plain_ended
+    assert not x.plain(s, 3.0, speculating=True, queued=False, scale_spec=1.3) and not x.plain_ended
+
+
+def _ending_a_plain_exploration(traffic: tuple[RequestFeatures, ...]) -> tuple[AdaptivePolicy, Decision]:
+    """A busy pair (8 requests on plain) whose exploration of plain has just measured it:
+    the next request ends it."""
+    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    busy = view(with_(SPEC, inflight=0), with_(BASE, inflight=8))
+    t = 0.0
+    for i in range(300):  # the traffic's mix and the mode settle
+        p.decide(traffic[i % len(traffic)], busy, t)
+        t += 0.1
+    p.mode.follow(False)  # the exploration's regime
+    p.explorer.plain_on, p.explorer.plain_until = True, t + 10.0
+    p.live.scales.observe(True, 9.0, 1.3, t)
+    p.live.scales.observe(False, 9.0, 1.3, t)  # plain measured
+    return p, p.decide(traffic[0], busy, t)
+
+
+def test_a_plain_exploration_measures_and_goes_back_to_spec_unless_plain_pays_beyond_the_band() -> None:
+    """The pair was speculating when plain was explored: on a real H100 the fallback the
+    exploration left behind held a pair on plain for 20-30 s at light load where spec was
+    20 % faster. It ends on spec unless plain now pays beyond the band."""
+    p, d = _ending_a_plain_exploration((EDIT_WARM,))  # spec pays
+    assert d.route is Route.SPEC and p.mode.speculating
+    assert not p.explorer.plain_ended
+    p, d = _ending_a_plain_exploration((CHAT_HOT, SUMMARY))  # spec does not pay: plain kept
+    assert d.route is Route.BASE and not p.mode.speculating

@@ -35,10 +35,10 @@ A gap is read against the model as it stands now, not as it stood when the reque
 priced. The prediction carries the live corrections of that moment (the engine's step
 scale, and for spec the live acceptance correction, :mod:`.live`), which converge over
 the first tens of seconds: on a real H100 the spec requests of a day's first seconds were
-priced with the prior's acceptance (2.5 tokens a step against 1.6 measured) and an
+priced with the prior's acceptance (2.56 tokens a step against 1.6 measured) and an
 unfitted step time, ran 1.3-1.4 x their prediction, and that gap, held for a minute,
-priced spec 13-30 % dearer once the corrections had caught up, which held a pair on plain
-at light load where spec was 20 % faster. So each gap is stored with the log of the
+priced spec 10-13 % dearer once the corrections had caught up (30 % in its simulation),
+which held a pair on plain at light load where spec was 20 % faster. So each gap is stored with the log of the
 corrections it was priced with (its *lens*), and read with today's lens in its place
 (:meth:`LatencyBias.set_lens`): what a correction has learned since is not counted twice.
 """

@@ -22,7 +22,8 @@ The report is the scenario report of ``specgate simulate --scenario``: mean and 
 TTFT, goodput, the oracle of the two statics per ``--window`` seconds (the compressed
 day's minute), adaptive's capture and time to switch, and the Dynamic SD engine (as
 ``dynamic-sd``). Outputs under ``--out``: results.{json,csv,md,png}, minutes.csv,
-requests.csv, states.jsonl, and what each engine did in each slot (preemptions, queue,
+requests.csv, states.jsonl (the gateway's state after each slot, with its stream moves
+so far), and what each engine did in each slot (preemptions, queue,
 KV-cache use, sampled from its /metrics every second: ``engines-<slot>.jsonl``, summed
 up in engines.md and results.json).
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
@@ -193,11 +194,30 @@ def gateway_plan(slots: list[str], mode: str) -> dict[str, tuple[str, str | None
 
 async def save_state(url: str, path: str, **where: object) -> None:
     """Append the gateway's routing state after a window (mode, predicted speed-up, reasons,
-    recent decisions) to ``path``: what explains a window's figures."""
-    async with aiohttp.ClientSession() as s, s.get(url + "/admin/state") as r:
-        body = await r.json() if r.status == 200 else {"status": r.status}
+    recent decisions) to ``path``: what explains a window's figures. With it, the gateway's
+    stream moves so far (``specgate_stream_moves_total`` by engine and result, cumulative
+    over the gateway's life: a slot's are the difference from the previous line), which
+    tell what a flip cost."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/admin/state") as r:
+            body = await r.json() if r.status == 200 else {"status": r.status}
+        async with s.get(url + "/metrics") as r:
+            moves = stream_moves(await r.text()) if r.status == 200 else {}
     with open(path, "a", encoding="utf-8") as fh:  # noqa: ASYNC230 - one line, local file
-        fh.write(json.dumps({**where, "state": body}) + "\n")
+        fh.write(json.dumps({**where, "state": body, "stream_moves": moves}) + "\n")
+
+
+def stream_moves(exposition: str) -> dict[str, float]:
+    """``{"<engine>/<result>": count}`` from a gateway's ``/metrics`` page."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != "specgate_stream_moves":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = f"{sample.labels.get('engine', '')}/{sample.labels.get('result', '')}"
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
 
 
 async def set_pin(url: str, route: str) -> None:

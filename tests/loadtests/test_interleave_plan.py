@@ -39,3 +39,19 @@ def test_static_slots_alone_still_run_behind_an_adaptive_gateway(il: ModuleType)
         "always-spec": ("adaptive", "spec"),
         "always-base": ("adaptive", "base"),
     }
+
+
+def test_the_stream_moves_a_slot_saved_are_read_from_the_gateways_own_page(il: ModuleType) -> None:
+    """What a flip cost is in the moves: each state line keeps the gateway's counters."""
+    from gateway.telemetry.metrics import GatewayMetrics
+
+    m = GatewayMetrics(process_metrics=False)
+    assert il.stream_moves(m.exposition().decode()) == {}
+    m.stream_moves.labels("eagle3-lo", "moved").inc(3)
+    m.stream_moves.labels("eagle3-lo", "too_few_tokens_left").inc()
+    m.stream_moves.labels("base", "moved").inc(2)
+    assert il.stream_moves(m.exposition().decode()) == {
+        "eagle3-lo/moved": 3.0,
+        "eagle3-lo/too_few_tokens_left": 1.0,
+        "base/moved": 2.0,
+    }

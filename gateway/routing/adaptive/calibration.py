@@ -31,16 +31,18 @@ the batch it ran in is the engine's cap, which is what the model prices. A gap i
 about the traffic and load it was measured on: an engine that serves nothing is no longer
 measured, and its estimate relaxes to zero (the model) as its measurements age.
 
-A gap is read against the model as it stands now, not as it stood when the request was
-priced. The prediction carries the live corrections of that moment (the engine's step
-scale, and for spec the live acceptance correction, :mod:`.live`), which converge over
-the first tens of seconds: on a real H100 the spec requests of a day's first seconds were
-priced with the prior's acceptance (2.56 tokens a step against 1.6 measured) and an
-unfitted step time, ran 1.3-1.4 x their prediction, and that gap, held for a minute,
-priced spec 10-13 % dearer once the corrections had caught up (30 % in its simulation),
-which held a pair on plain at light load where spec was 20 % faster. So each gap is stored with the log of the
-corrections it was priced with (its *lens*), and read with today's lens in its place
-(:meth:`LatencyBias.set_lens`): what a correction has learned since is not counted twice.
+A gap is what the model gets wrong beyond what the live corrections measure
+(:mod:`.live`): the engine's step time, and for spec the traffic's acceptance. A request
+is priced with the corrections of the moment it arrives, and they lag: on a real H100 the
+spec requests of a day's first seconds were priced with the prior's acceptance (2.56
+tokens a step against 1.6 measured, the live correction converging over ~30 s) and an
+unfitted step time. They ran 1.3-1.4 x their prediction, and that gap, held for a
+minute, priced spec 10-13 % too dear once the corrections had caught up (30 % in its
+simulation), which held a pair on plain at light load where spec was 20 % faster. So a
+gap is re-priced when the request finishes: its prediction is shifted by the corrections
+it was priced with ÷ those measured over its life (the scraped acceptance of the window it
+ran in, its engine's fitted step time), and what the corrections measure is never
+counted twice, whether they were still converging or the traffic's acceptance moved.
 """
 
 from __future__ import annotations
@@ -50,22 +52,6 @@ from dataclasses import dataclass, field
 
 from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, Track, kernel, load_bin
 from gateway.routing.types import Route
-
-
-@dataclass
-class _Track(Track):
-    lens: float = 0.0  # Σ weight × log(the corrections each gap was priced with)
-
-    def decay(self, now: float, tau_s: float) -> None:
-        before = self.weight
-        super().decay(now, tau_s)
-        if before > 0:
-            self.lens *= self.weight / before
-
-    def gap(self, lens_now: float) -> float:
-        """Σ weight × the gaps as today's corrections would have priced them."""
-        return self.total + self.lens - lens_now * self.weight
-
 
 _MAX_LOG_RATIO = 1.0  # one request's log ratio is clipped to ±1
 _MIN_TOKENS = 16  # shorter answers give too noisy a time per token
@@ -81,16 +67,8 @@ class LatencyBias:
 
     tau_s: float = 30.0
     prior_weight: float = 10.0
-    tracks: dict[tuple[Route, int], _Track] = field(default_factory=dict)
+    tracks: dict[tuple[Route, int], Track] = field(default_factory=dict)
     samples: dict[Route, int] = field(default_factory=lambda: dict.fromkeys(Route, 0))
-    # per engine, the log of the live corrections the model applies now (:meth:`set_lens`)
-    lens: dict[Route, float] = field(default_factory=lambda: dict.fromkeys(Route, 0.0))
-
-    def set_lens(self, route: Route, log_corrections: float) -> None:
-        """The log of the live corrections the model applies to ``route`` now: gaps stored
-        with another lens are read as if priced with this one."""
-        if math.isfinite(log_corrections):
-            self.lens[route] = log_corrections
 
     def _near(self, route: Route, now: float, at: int | None) -> tuple[float, float]:
         """(Σ kernel × total, Σ kernel × weight) of an engine's tracks around bin ``at``
@@ -101,7 +79,7 @@ class LatencyBias:
                 continue
             t.decay(now, self.tau_s)
             k = 1.0 if at is None else kernel(b - at)
-            num += k * t.gap(self.lens[route])
+            num += k * t.total
             den += k * t.weight
         return num, den
 
@@ -124,7 +102,7 @@ class LatencyBias:
             b_num, b_den = self._near(Route.BASE, now, b)
             if t.weight > 0 and b_den > 0:
                 w = min(t.weight, b_den)
-                num += w * (t.gap(self.lens[Route.SPEC]) / t.weight - b_num / b_den)
+                num += w * (t.total / t.weight - b_num / b_den)
                 den += w
         return num / (den + self.prior_weight) if den + self.prior_weight > 0 else 0.0
 
@@ -165,18 +143,18 @@ class LatencyBias:
         tokens: int,
         now: float,
         load: float = 1.0,
-        lens: float | None = None,
+        repriced: float = 0.0,
     ) -> bool:
         """Fold one finished request in (``load``: the requests in flight it found;
-        ``lens``: the log of the live corrections its prediction was priced with, None: the
-        ones of now); False when it is not a usable measurement."""
+        ``repriced``: log of the live corrections its prediction was priced with ÷ those
+        measured over its life, see the module's docstring); False when it is not a usable
+        measurement."""
         if tokens < _MIN_TOKENS or not (measured_s > 0 and predicted_s > 0):
             return False
-        r = math.log(measured_s / predicted_s)
-        t = self.tracks.setdefault((route, load_bin(load)), _Track())
+        r = math.log(measured_s / predicted_s) + (repriced if math.isfinite(repriced) else 0.0)
+        t = self.tracks.setdefault((route, load_bin(load)), Track())
         t.decay(now, self.tau_s)
         t.total += max(-_MAX_LOG_RATIO, min(_MAX_LOG_RATIO, r))
-        t.lens += self.lens[route] if lens is None or not math.isfinite(lens) else lens
         t.weight += 1.0
         t.samples += 1
         self.samples[route] += 1

@@ -80,6 +80,7 @@ class LiveCorrections:
     fit_step_times: bool = True
     ratio: float = 1.0
     measured: bool = False  # whether a live acceptance was ever measured
+    raw_ratio: float | None = None  # the latest window's, unsmoothed (None: none yet)
     q_ratio: float = 1.0
     # measured ÷ profile step time, per engine and load (:mod:`.stepscale`)
     scales: StepScales = field(default_factory=StepScales)
@@ -187,6 +188,7 @@ class LiveCorrections:
             hl = self.half_life_s
             self.ratio = toward(self.ratio, raw, dt, hl)
             self.measured = True
+            self.raw_ratio = raw
         else:
             self.ratio = toward(self.ratio, 1.0, dt, self.unknown_half_life_s)
         q_raw = self._live_q_ratio(spec, expected)

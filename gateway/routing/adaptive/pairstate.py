@@ -84,10 +84,7 @@ class PairState(RegimePricing):
         spec and the plain engine were seen queueing. Returns (costs, load)."""
         load = self.live.batch(spec_load + base_load + 1.0)
         self.live.last_load = load
-        lens_spec, lens_base = self._lens(load)
-        self.bias.set_lens(Route.SPEC, lens_spec)
-        self.bias.set_lens(Route.BASE, lens_base)
-        self._loads.append((now, load, lens_spec, lens_base))
+        self._loads.append((now, load, *self._lens(load)))
         while self._loads and self._loads[0][0] < now - _LOAD_HORIZON_S:
             self._loads.popleft()
         costs = self._regime(load)
@@ -206,17 +203,31 @@ class PairState(RegimePricing):
             self._quiet = True
         return self._quiet
 
-    def _lens(self, load: float) -> tuple[float, float]:
+    def _lens(self, load: float, ratio: float | None = None) -> tuple[float, float]:
         """The log of the live corrections the model applies at ``load`` to spec (its step
-        scale, and the acceptance correction: the mix's tokens per step as corrected ÷ as
-        the prior and the learned classes expect) and to plain (its step scale); see
-        :mod:`.calibration`."""
+        scale, and the acceptance correction: the mix's tokens per step as the prior and the
+        learned classes expect ÷ as corrected by the live ratio, or by ``ratio`` when given)
+        and to plain (its step scale); see :mod:`.calibration`."""
         e = 1.0 / max(self._inv_e_mix(), 1e-6)
         expected = 1.0 + (e - 1.0) / max(self.live.ratio, 0.05)
+        if ratio is not None:
+            e = 1.0 + (expected - 1.0) * max(ratio, 0.05)
         return (
             math.log(self.live.scale(True, load) * expected / e),
             math.log(self.live.scale(False, load)),
         )
+
+    def _repriced(self, outcome: Outcome, now: float) -> tuple[float, float] | None:
+        """The load the request found (if it held, :meth:`_load_held`) and the log of the
+        live corrections its prediction was priced with ÷ those measured over its life (the
+        latest window's acceptance, its engine's step time now): what the latency bias must
+        not count (:mod:`.calibration`)."""
+        held = self._load_held(outcome, now)
+        if held is None:
+            return None
+        found, priced = held
+        measured = self._lens(found, self.live.raw_ratio)[0 if outcome.route is Route.SPEC else 1]
+        return found, priced - measured
 
     def _load_held(self, outcome: Outcome, now: float) -> tuple[float, float] | None:
         """The load (batch) the request found and the log of the live corrections its
@@ -236,7 +247,7 @@ class PairState(RegimePricing):
             life.append(entry)
         if not life:  # no other request arrived meanwhile: the load it found held
             if not self._loads:
-                return 1.0, self.bias.lens[outcome.route]
+                return 1.0, self._lens(1.0)[col - 2]
             return self._loads[-1][1], self._loads[-1][col]
         found, mean = life[-1][1], sum(e[1] for e in life) / len(life)
         if abs(mean - found) > _LOAD_DRIFT * max(found, _LOAD_DRIFT_FLOOR):

@@ -245,12 +245,12 @@ class AdaptivePolicy(PairState):
         self.context.observe(outcome.prompt_tokens, outcome.completion_tokens)
         if self._fixed_steps is None:
             self.steps = self._steps_for(self.context.bucket())
-        held = self._load_held(outcome, now)
+        held = self._repriced(outcome, now)
         if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and held is not None:
-            found, lens = held
+            found, repriced = held
             tokens = outcome.completion_tokens
             self.bias.observe(
-                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found, lens
+                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found, repriced
             )
         if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
             decode = outcome.tpot_s * max(0, outcome.completion_tokens - 1)

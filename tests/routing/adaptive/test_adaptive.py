@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 from dataclasses import replace
 
@@ -598,6 +599,38 @@ def test_a_gap_both_engines_could_share_is_not_held_against_spec() -> None:
             p.observe(_outcome(Route.SPEC, 1.3 * d.predicted_tpot_s, d.predicted_tpot_s), t)
     assert p.bias.log_bias(Route.SPEC, t, p._loads[-1][1]) > 0.15  # measured, and kept
     assert p.bias.factor(Route.SPEC, t, p._loads[-1][1]) == pytest.approx(1.0, abs=0.01)
+
+
+def _spec_gap_learned(p: AdaptivePolicy, measured_ratio: float | None) -> tuple[float, float]:
+    """30 s of traffic on a busy spec engine whose requests run as the model priced with the
+    acceptance measured over their lives (``measured_ratio`` x what was expected; None:
+    the live correction's own) would predict: (the log gap each ran beyond its prediction,
+    the bias learned)."""
+    mv = view(base=with_(BASE, inflight=0), spec=with_(SPEC, inflight=24))
+    t = warm(p, MODERATE, mv)
+    p.live.raw_ratio = measured_ratio
+    gap = load = 0.0
+    for i in range(300):
+        t = round(t + 0.1, 6)
+        d = p.decide(MODERATE[i % 2], mv, t)
+        if d.route is Route.SPEC and d.predicted_tpot_s is not None:
+            load, priced = p._loads[-1][1], p._loads[-1][2]
+            gap = p._lens(load, 0.5)[0] - priced  # the acceptance was half the expected
+            p.observe(_outcome(Route.SPEC, math.exp(gap) * d.predicted_tpot_s, d.predicted_tpot_s), t)
+    return gap, p.bias.log_bias(Route.SPEC, t, load)
+
+
+def test_a_gap_the_live_acceptance_measured_is_not_learned_twice() -> None:
+    """Requests priced before the live acceptance correction had caught up (on an H100 the
+    prior's 2.56 tokens a step against 1.6) ran slower than predicted by exactly what the
+    acceptance measured over their lives shows: the bias learns nothing from them, or it
+    would count the gap again once the correction converged. Without that measurement the
+    same gap is the model's, and learned."""
+    gap, learned = _spec_gap_learned(policy(), 0.5)
+    assert gap > 0.1
+    assert learned == pytest.approx(0.0, abs=0.01)
+    gap, learned = _spec_gap_learned(policy(), None)
+    assert learned > 0.5 * gap
 
 
 def test_only_clean_measurements_carry_a_prediction() -> None:

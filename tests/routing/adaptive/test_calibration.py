@@ -98,25 +98,18 @@ def test_the_error_is_kept_per_load_and_the_nearest_loads_speak_for_an_unmeasure
     assert [row["load"] for row in by_load["by_load"]] == [2.0, 64.0]
 
 
-def test_a_gap_is_read_against_the_corrections_of_now_not_those_it_was_priced_with() -> None:
-    """Requests priced before the live corrections converged (the prior's acceptance, an
-    unfitted step time) ran 1.3 x their prediction; once the corrections price spec 1.3 x
-    dearer, that gap has been learned, and is not counted a second time."""
-    b = LatencyBias(tau_s=30.0, prior_weight=10.0)
-    b.set_lens(Route.SPEC, 0.0)  # priced with no correction yet
+def test_a_gap_is_repriced_with_the_corrections_measured_over_the_requests_life() -> None:
+    """A request priced with corrections that had not converged (the prior's acceptance, an
+    unfitted step time) ran 1.3 x its prediction; priced with what was measured over its
+    life it ran as predicted: the bias learns nothing from it. Only what is left beyond the
+    re-pricing is the model's error."""
+    b = LatencyBias(tau_s=30.0, prior_weight=0.0)
     for i in range(100):
-        b.observe(Route.SPEC, 0.013, 0.010, 100, i / 10)
-    assert b.log_bias(Route.SPEC, 10.0) == pytest.approx(math.log(1.3) * 100 / 110, rel=0.05)
-    b.set_lens(Route.SPEC, math.log(1.3))  # the corrections caught up
+        b.observe(Route.SPEC, 0.013, 0.010, 100, i / 10, repriced=-math.log(1.3))
     assert b.log_bias(Route.SPEC, 10.0) == pytest.approx(0.0, abs=1e-9)
-    # priced with today's corrections, still 10 % over: that part is the model's
-    for i in range(300):
-        b.observe(Route.SPEC, 0.0143, 0.013, 100, 10.0 + i / 10, lens=math.log(1.3))
-    assert b.factor(Route.SPEC, 40.0) == pytest.approx(1.1, rel=0.02)
-    # a lens passed with the gap wins over the one in force (the request priced earlier)
+    for i in range(100):
+        b.observe(Route.SPEC, 0.0143, 0.010, 100, 10.0 + i / 10, repriced=-math.log(1.3))
+    assert b.factor(Route.SPEC, 20.0) == pytest.approx(1.05, rel=0.02)  # half the samples 10 % over
     c = LatencyBias(prior_weight=0.0)
-    c.set_lens(Route.BASE, math.log(2.0))
-    c.observe(Route.BASE, 0.02, 0.01, 100, 0.0, lens=0.0)
-    assert c.log_bias(Route.BASE, 0.0) == pytest.approx(0.0, abs=1e-9)
-    c.set_lens(Route.BASE, float("nan"))  # refused: the lens in force stays
-    assert c.lens[Route.BASE] == pytest.approx(math.log(2.0))
+    assert c.observe(Route.BASE, 0.02, 0.01, 100, 0.0, repriced=float("nan"))  # ignored
+    assert c.log_bias(Route.BASE, 0.0) == pytest.approx(math.log(2.0))

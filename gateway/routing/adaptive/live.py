@@ -79,7 +79,6 @@ class LiveCorrections:
     unknown_half_life_s: float = 60.0
     fit_step_times: bool = True
     ratio: float = 1.0
-    measured: bool = False  # whether a live acceptance was ever measured
     raw_ratio: float | None = None  # the latest window's, unsmoothed (None: none yet)
     q_ratio: float = 1.0
     # measured ÷ profile step time, per engine and load (:mod:`.stepscale`)
@@ -103,6 +102,11 @@ class LiveCorrections:
     _pred_hist: deque[tuple[float, float, float, float, float]] = field(
         default_factory=lambda: deque(maxlen=4096)
     )
+
+    @property
+    def measured(self) -> bool:
+        """Whether a live acceptance was ever measured."""
+        return self.raw_ratio is not None
 
     def track_expected(self, now: float, blended: float, p_draft: float, q: float) -> None:
         """Record what the router expects of a request it sends to the spec engine.
@@ -187,7 +191,6 @@ class LiveCorrections:
         if raw is not None:
             hl = self.half_life_s
             self.ratio = toward(self.ratio, raw, dt, hl)
-            self.measured = True
             self.raw_ratio = raw
         else:
             self.ratio = toward(self.ratio, 1.0, dt, self.unknown_half_life_s)

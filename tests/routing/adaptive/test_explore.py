@@ -7,7 +7,7 @@ from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.adaptive.explore import RETRY_S, SPEC_MAX_S, Explorer
 from gateway.routing.adaptive.stepscale import StepScales
 from gateway.routing.config import RoutingConfig
-from gateway.routing.types import Decision, Reason, RequestFeatures, Route
+from gateway.routing.types import Decision, ModelView, Reason, RequestFeatures, Route
 from tests.routing.conftest import CHAT_HOT, SUMMARY, engine, view, with_
 
 SPEC, BASE = engine(Route.SPEC), engine(Route.BASE)
@@ -143,15 +143,21 @@ def _explorations(decisions: list[Decision]) -> int:
     return starts
 
 
+def _settled(traffic: tuple[RequestFeatures, ...], busy: ModelView) -> tuple[AdaptivePolicy, float]:
+    """A policy after 30 s of ``traffic`` on ``busy``: the traffic's mix and the mode settle."""
+    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
+    t = 0.0
+    for i in range(300):
+        p.decide(traffic[i % len(traffic)], busy, t)
+        t += 0.1
+    return p, t
+
+
 def _ending_an_exploration(traffic: tuple[RequestFeatures, ...]) -> tuple[AdaptivePolicy, Decision]:
     """A busy pair (8 requests on spec) whose exploration of spec has just run out: the
     next request ends it."""
-    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
     busy = view(with_(SPEC, inflight=8), with_(BASE, inflight=0))
-    t = 0.0
-    for i in range(300):  # the traffic's mix and the mode settle
-        p.decide(traffic[i % len(traffic)], busy, t)
-        t += 0.1
+    p, t = _settled(traffic, busy)
     p.mode.follow(True)  # the exploration's regime
     p.explorer.spec_on, p.explorer.spec_until = True, t - 1.0
     return p, p.decide(traffic[0], busy, t)
@@ -198,12 +204,8 @@ def test_plain_is_explored_once_while_only_assumed_and_the_end_is_reported() -> 
 def _ending_a_plain_exploration(traffic: tuple[RequestFeatures, ...]) -> tuple[AdaptivePolicy, Decision]:
     """A busy pair (8 requests on plain) whose exploration of plain has just measured it:
     the next request ends it."""
-    p = AdaptivePolicy(RoutingConfig(policy="adaptive"))
     busy = view(with_(SPEC, inflight=0), with_(BASE, inflight=8))
-    t = 0.0
-    for i in range(300):  # the traffic's mix and the mode settle
-        p.decide(traffic[i % len(traffic)], busy, t)
-        t += 0.1
+    p, t = _settled(traffic, busy)
     p.mode.follow(False)  # the exploration's regime
     p.explorer.plain_on, p.explorer.plain_until = True, t + 10.0
     p.live.scales.observe(True, 9.0, 1.3, t)

@@ -48,6 +48,8 @@ def _codings(header: str | None) -> list[str]:
 
 
 def check_content_encoding(header: str | None) -> None:
+    if not header:  # none: nothing to check
+        return
     bad = [c for c in _codings(header) if c not in ALLOWED_ENCODINGS]
     if bad:
         raise ApiError(

@@ -81,6 +81,14 @@ from gateway.envoy.hpack_cache import HeaderDecoder, HpackError
 log = logging.getLogger(__name__)
 
 
+def _incomplete(buf: bytearray) -> bool:
+    """``buf`` starts with a frame that has not all come yet (and may come: within the size)."""
+    if len(buf) < 9:
+        return True
+    length = buf[0] << 16 | buf[1] << 8 | buf[2]
+    return length <= DEFAULT_FRAME_SIZE and len(buf) < 9 + length
+
+
 class H2Connection(asyncio.Protocol):
     """One HTTP/2 connection (cleartext with prior knowledge, or TLS with ALPN h2)."""
 
@@ -134,34 +142,42 @@ class H2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
         buf = self._buf
-        buf += data
+        if buf:  # a frame came in parts: kept until it is whole
+            buf += data
+            if self._preface_seen and _incomplete(buf):
+                return
+            data = bytes(buf)
+            buf.clear()
+        elif type(data) is not bytes:
+            data = bytes(data)
         self._batching = True
         try:
             if not self._preface_seen:
-                if len(buf) < len(PREFACE):
-                    if not PREFACE.startswith(bytes(buf)):
+                if len(data) < len(PREFACE):
+                    if not PREFACE.startswith(data):
                         raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                    buf += data
                     return
-                if buf[: len(PREFACE)] != PREFACE:
+                if not data.startswith(PREFACE):
                     raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
-                del buf[: len(PREFACE)]
+                data = data[len(PREFACE) :]
                 self._preface_seen = True
-            pos, n = 0, len(buf)
+            # Frames are sliced straight from the bytes read (one copy per payload).
+            pos, n = 0, len(data)
             while n - pos >= 9:
-                length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
+                length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
                 if length > DEFAULT_FRAME_SIZE:  # we never raise SETTINGS_MAX_FRAME_SIZE
                     raise ConnectionError_(FRAME_SIZE_ERROR, f"frame of {length} bytes")
-                if n - pos < 9 + length:
+                end = pos + 9 + length
+                if end > n:
                     break
-                kind, flags = buf[pos + 3], buf[pos + 4]
-                (sid,) = _U32.unpack_from(buf, pos + 5)
-                sid &= 0x7FFFFFFF
-                payload = bytes(buf[pos + 9 : pos + 9 + length])
-                pos += 9 + length
-                self._frame(kind, flags, sid, payload)
+                (sid,) = _U32.unpack_from(data, pos + 5)
+                self._frame(data[pos + 3], data[pos + 4], sid & 0x7FFFFFFF, data[pos + 9 : end])
+                pos = end
                 if self.closed:
                     return
-            del buf[:pos]
+            if pos < n:
+                buf += memoryview(data)[pos:]
         except ConnectionError_ as exc:
             self._goaway(exc.code, str(exc))
         finally:
@@ -383,11 +399,12 @@ class H2Connection(asyncio.Protocol):
             payload = payload[1 : len(payload) - payload[0]]
         if flags & PRIORITY_FLAG:
             payload = payload[5:]
+        self._header_end_stream = bool(flags & END_STREAM)
+        if flags & END_HEADERS:  # the whole block in one frame: no copy
+            self._header_done(sid, payload)
+            return
         self._header_stream = sid
         self._header_block = bytearray(payload)
-        self._header_end_stream = bool(flags & END_STREAM)
-        if flags & END_HEADERS:
-            self._header_done()
 
     def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
         if self._header_stream is None or sid != self._header_stream:
@@ -396,13 +413,12 @@ class H2Connection(asyncio.Protocol):
         if len(self._header_block) > HEADER_BLOCK_MAX:
             raise ConnectionError_(ENHANCE_YOUR_CALM, "header block too large")
         if flags & END_HEADERS:
-            self._header_done()
+            block = bytes(self._header_block)
+            self._header_stream = None
+            self._header_block = bytearray()
+            self._header_done(sid, block)
 
-    def _header_done(self) -> None:
-        sid, block = self._header_stream, bytes(self._header_block)
-        assert sid is not None
-        self._header_stream = None
-        self._header_block = bytearray()
+    def _header_done(self, sid: int, block: bytes) -> None:
         try:
             fields = self._decoder.decode(block)
         except HpackError as exc:

@@ -8,6 +8,7 @@ the trailers), waiting in order for the peer's flow-control window when it is sp
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -16,6 +17,7 @@ from urllib.parse import quote
 from gateway.envoy.h2wire import (
     _RESPONSE_HEADERS,
     _U32,
+    DATA,
     END_HEADERS,
     END_STREAM,
     GRPC_INTERNAL,
@@ -59,6 +61,17 @@ class StreamHandler(Protocol):
 Services = Callable[["Stream"], "StreamHandler | None"]
 
 
+_MESSAGE_PREFIX = struct.Struct(">BI")  # a gRPC message's: compressed flag, length
+_OK = literal("grpc-status", "0")
+
+
+def _lookup(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
+    for k, v in headers:
+        if k == name:
+            return v
+    return None
+
+
 class Stream:
     __slots__ = (
         "_buf",
@@ -80,7 +93,7 @@ class Stream:
         self.conn = conn
         self.id = stream_id
         self.headers = headers
-        self.path = next((v for k, v in headers if k == ":path"), "")
+        self.path = _lookup(headers, ":path") or ""
         self.handler: StreamHandler | None = None
         self.send_window = conn.peer_initial_window
         self._pending: list[tuple[bytes, int]] = []  # DATA payloads (and flags) waiting for window
@@ -92,17 +105,28 @@ class Stream:
         self.last_activity = time.monotonic()
 
     def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k == name), None)
+        return _lookup(self.headers, name)
 
     # -- sending -----------------------------------------------------------------------
     def send(self, message: bytes) -> None:
         """Send one gRPC message (uncompressed) on this stream."""
         if self.finished:
             return
+        payload = _MESSAGE_PREFIX.pack(0, len(message)) + message
+        conn, n = self.conn, len(payload)
+        if not self._pending and n <= conn.peer_max_frame and conn.try_reserve(self, n):
+            # the common case: one frame, the window has room (with the response headers
+            # before it, in the same write, if it is the stream's first message)
+            frame = _frame(DATA, 0, self.id, payload)
+            if not self._headers_sent:
+                self._headers_sent = True
+                frame = _frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS) + frame
+            conn.write(frame)
+            return
         if not self._headers_sent:
             self._headers_sent = True
-            self.conn.write(_frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS))
-        self._data(b"\x00" + _U32.pack(len(message)) + message, 0)
+            conn.write(_frame(HEADERS, END_HEADERS, self.id, _RESPONSE_HEADERS))
+        self._data(payload, 0)
 
     def finish(self, status: int = GRPC_OK, message: str = "") -> None:
         """End the stream with gRPC trailers (a trailers-only response if nothing was sent)."""
@@ -110,7 +134,7 @@ class Stream:
             return
         self.finished = True
         self.handler = None  # on_reset is not called after finish, even if the trailers wait
-        block = literal("grpc-status", str(status))
+        block = _OK if status == GRPC_OK else literal("grpc-status", str(status))
         if message:
             block += literal("grpc-message", quote(message[:200], safe=" !#$&'()*+,/:;=?@[]~"))
         if not self._headers_sent:
@@ -156,26 +180,46 @@ class Stream:
         if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
             return
         buf = self._buf
-        buf += data
-        while len(buf) >= 5 and not self.finished:
-            compressed = buf[0]
-            (length,) = _U32.unpack_from(buf, 1)
-            if length > max_message:
-                self.abort(GRPC_RESOURCE_EXHAUSTED, f"message of {length} bytes exceeds {max_message}")
+        if buf:  # a message came in parts: kept until it is whole
+            buf += data
+            if (
+                len(buf) < 5
+                or not self._sound(buf, 0, max_message)
+                or len(buf) < 5 + _U32.unpack_from(buf, 1)[0]
+            ):
                 return
-            if compressed:
-                self.abort(GRPC_UNIMPLEMENTED, "compressed messages are not supported")
+            data = bytes(buf)
+            buf.clear()
+        # Messages are sliced straight from the DATA payload (one copy each).
+        pos, n = 0, len(data)
+        while n - pos >= 5 and not self.finished:
+            if not self._sound(data, pos, max_message):
                 return
-            if len(buf) < 5 + length:
-                return
-            message = bytes(buf[5 : 5 + length])
-            del buf[: 5 + length]
+            end = pos + 5 + _U32.unpack_from(data, pos + 1)[0]
+            if end > n:
+                break
+            message = data[pos + 5 : end]
+            pos = end
             if self.handler is not None:
                 try:
                     self.handler.on_message(message)
                 except Exception:  # a handler bug costs its stream, not the connection
                     log.exception("EPP: a stream's handler failed")
                     self.abort(GRPC_INTERNAL, "internal error")
+        if pos < n and not self.finished:
+            buf += memoryview(data)[pos:]
+
+    def _sound(self, buf: bytes | bytearray, pos: int, max_message: int) -> bool:
+        """Whether the message whose 5-byte gRPC prefix is at ``pos`` can be taken (else the
+        stream is aborted)."""
+        (length,) = _U32.unpack_from(buf, pos + 1)
+        if length > max_message:
+            self.abort(GRPC_RESOURCE_EXHAUSTED, f"message of {length} bytes exceeds {max_message}")
+            return False
+        if buf[pos]:
+            self.abort(GRPC_UNIMPLEMENTED, "compressed messages are not supported")
+            return False
+        return True
 
     def abort(self, status: int, message: str) -> None:
         """End the stream with an error status and tell the handler it is gone."""

@@ -148,10 +148,15 @@ def _len(buf: bytes, pos: int) -> tuple[int, int]:
     return read_varint(buf, pos)
 
 
+_WANTED_KEYS = {k.encode(): k for k in WANTED}
+
+
 def _header_map(buf: bytes, out: dict[str, str]) -> None:
     """The WANTED headers of a HeaderMap's encoding, read in one pass (the hot loop of the
-    EPP's parsing: a request has a dozen headers or more)."""
+    EPP's parsing: a request has a dozen headers or more); the values of the others are
+    not decoded."""
     pos, n = 0, len(buf)
+    wanted = _WANTED_KEYS
     while pos < n:
         tag = buf[pos]
         length, pos = _len(buf, pos + 1)
@@ -163,7 +168,7 @@ def _header_map(buf: bytes, out: dict[str, str]) -> None:
                 raise ProtoError("unexpected field in HeaderMap")
             pos = end
             continue
-        key = value = ""
+        key = value = b""
         while pos < end:  # HeaderValue{key = 1, value = 2, raw_value = 3}, all LEN
             vtag = buf[pos]
             vlen, pos = _len(buf, pos + 1)
@@ -171,12 +176,15 @@ def _header_map(buf: bytes, out: dict[str, str]) -> None:
             if vend > end or vtag & 7 != LEN:
                 raise ProtoError("malformed HeaderValue")
             if vtag == 0x0A:
-                key = buf[pos:vend].decode("latin-1").lower()
-            elif vtag in (0x12, 0x1A) and vlen:
-                value = buf[pos:vend].decode("utf-8", "replace")
+                key = buf[pos:vend]
+            elif vlen and (vtag == 0x1A or vtag == 0x12):
+                value = buf[pos:vend]
             pos = vend
-        if key in WANTED:
-            out[key] = value
+        # Envoy sends names in lower case (HTTP/2); latin-1 has no other letters that
+        # lower-case to ASCII, so the bytes' lower() finds the same names the text's would.
+        name = wanted.get(key) or wanted.get(key.lower())
+        if name is not None:
+            out[name] = value.decode("utf-8", "replace")
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -206,9 +214,16 @@ _cached_option = functools.lru_cache(maxsize=4096)(_header_option)
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> bytes:
     """A HeaderMutation's fields: set (overwrite or add) ``set_headers``, remove ``remove``."""
     out = b"".join(
-        (_cached_option if k in _REPEATING else _header_option)(k, v) for k, v in set_headers.items()
+        [(_cached_option if k in _REPEATING else _header_option)(k, v) for k, v in set_headers.items()]
     )
-    return out + b"".join(ld(2, r.encode()) for r in remove) if remove else out
+    if not remove:
+        return out
+    return out + (_removals(remove) if type(remove) is tuple else b"".join(ld(2, r.encode()) for r in remove))
+
+
+@functools.lru_cache(maxsize=64)
+def _removals(remove: tuple[str, ...]) -> bytes:
+    return b"".join(ld(2, r.encode()) for r in remove)
 
 
 @functools.lru_cache(maxsize=1024)  # endpoints × routes × reasons: few distinct values
@@ -219,6 +234,7 @@ def _dynamic(endpoints: str, route: str, reason: str, engine: str) -> bytes:
     return ld(_OUT_DYNAMIC, struct_bytes({LB_NAMESPACE: {DESTINATION: endpoints}, "specgate": tags}))
 
 
+_LENGTH_HEADERS = ("content-length", "content-encoding")  # dropped where the body is replaced
 CONTINUE = {name: ld(_OUT_PHASE[name], b"") for name in PHASES}
 CONTINUE_HEADERS = CONTINUE[REQUEST_HEADERS]
 CONTINUE_BODY = CONTINUE[REQUEST_BODY]
@@ -240,8 +256,12 @@ def routed(
     request, the same endpoints in ``envoy.lb`` dynamic metadata (and the route under
     ``specgate``), the body replaced when ``body`` is given (``new_length``: it is replaced
     in a later message). ``phase``: the message it answers (request headers or body)."""
-    drop = ("content-length", "content-encoding") if body is not None or new_length else ()
-    common = ld(2, header_mutation({DESTINATION: endpoints, **headers}, drop))
+    drop = _LENGTH_HEADERS if body is not None or new_length else ()
+    if DESTINATION in headers:
+        mutation = header_mutation({DESTINATION: endpoints, **headers}, drop)
+    else:  # the destination first, then the others (as the merged mapping would order them)
+        mutation = _cached_option(DESTINATION, endpoints) + header_mutation(headers, drop)
+    common = ld(2, mutation)
     if body is not None:
         common += ld(3, ld(1, body))
     dynamic = _dynamic(endpoints, tags.get("route", ""), tags.get("reason", ""), tags.get("engine", ""))

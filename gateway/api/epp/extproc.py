@@ -132,7 +132,7 @@ class ExtProcStream:
         h = inc.headers
         self.body_mode = inc.body_mode
         self.deferred = inc.full_duplex or (inc.body_mode == m.STREAMED and inc.body_without_waiting)
-        headers: CIMultiDict[str] = CIMultiDict((k, v) for k, v in h.items() if not k.startswith(":"))
+        headers: CIMultiDict[str] = CIMultiDict([(k, v) for k, v in h.items() if k[:1] != ":"])
         self.req = ClientRequest(headers, request_id(h.get(REQUEST_ID)), subset_of(inc.metadata))
         method = h.get(":method", "")
         self.endpoint = endpoint_of(h.get(":path", "")) if method == "POST" else None
@@ -170,9 +170,13 @@ class ExtProcStream:
         if self.req is None or self.picked is not None or self.status:
             self.stream.abort(9, "request body out of order")
             return
-        self._body += inc.body
+        if self._body or not inc.end_of_stream:
+            self._body += inc.body
+            size = len(self._body)
+        else:  # the whole body in one message (BUFFERED): taken as it is
+            size = len(inc.body)
         limit = self.st.config.server.max_body_bytes
-        if len(self._body) > limit:
+        if size > limit:
             self._refuse(ApiError(413, f"request body exceeds {limit} bytes", code="request_too_large"))
             return
         if not inc.end_of_stream:
@@ -181,8 +185,11 @@ class ExtProcStream:
             else:  # STREAMED: each piece is answered; the body is kept
                 self.stream.send(m.CONTINUE_BODY)
             return
-        raw = bytes(self._body)
-        self._body = bytearray()
+        if self._body:
+            raw = bytes(self._body)
+            self._body = bytearray()
+        else:
+            raw = inc.body
         coding = self.req.headers.get("content-encoding")
         try:
             check_content_encoding(coding)
@@ -223,10 +230,8 @@ class ExtProcStream:
             self._refuse(exc)
             return
         self.picked = p
-        stream = p.parsed.features.stream
-        self.observed = Observed(p.engine.name, p.engine.route, stream)
         new_body = p.body if p.body is not None else (raw if decoded_body else None)
-        headers = dict(p.set_headers)
+        headers = p.set_headers
         tags = {"route": p.decision.route.value, "reason": str(p.decision.reason), "engine": p.engine.name}
         if not self.deferred:
             self.stream.send(m.routed(m.REQUEST_BODY, p.endpoints, headers, new_body, tags))
@@ -260,10 +265,13 @@ class ExtProcStream:
 
     # -- response -----------------------------------------------------------------------
     def _response_headers(self, inc: m.Incoming) -> None:
-        p, obs = self.picked, self.observed
-        if p is None or obs is None:  # not routed by specgate (a passthrough): nothing to add
+        p = self.picked
+        if p is None:  # not routed by specgate (a passthrough): nothing to add
             self.stream.send(m.CONTINUE_RESPONSE_HEADERS)
             return
+        obs = self.observed
+        if obs is None:  # made when the response shows up (most answers' never do)
+            obs = self.observed = Observed(p.engine.name, p.engine.route, p.parsed.features.stream)
         status = int(inc.headers.get(":status", "0") or 0)
         obs.status = status
         obs.ok = 200 <= status < 300
@@ -306,26 +314,24 @@ class ExtProcStream:
             return
         self.closed = True
         p, obs = self.picked, self.observed
-        if p is None or obs is None:
+        if p is None:
             return
         p.release()
-        status, error = obs.status, None
+        status, error = (obs.status if obs is not None else 0), None
         if status:
-            error = None if obs.ok else f"status_{status}"
+            error = None if obs is not None and obs.ok else f"status_{status}"
         elif aborted:
             status, error = 499, "client_disconnected"
         elif self.watched:  # the response ended without its headers reaching the EPP
             status, error = 502, "status_502"
         # else: not watched, Envoy relayed an answer the EPP did not see (status 0)
+        if obs is None:  # no response phase: nothing was read
+            self._finished(p, status, None, None, error)
+            return
         if aborted and obs.reading and not obs.complete:
             error = "client_disconnected"
         h = obs.harvest
-        try:
-            p.tel.finished(
-                status, prompt_tokens=h.prompt_tokens, completion_tokens=h.completion_tokens, error=error
-            )
-        except Exception:
-            log.exception("telemetry finished failed")
+        self._finished(p, status, h.prompt_tokens, h.completion_tokens, error)
         if not (obs.reading and obs.complete and obs.ok):
             return
         features, decision = p.parsed.features, p.decision
@@ -343,6 +349,17 @@ class ExtProcStream:
             )
         else:
             observe(p.model, features, decision, obs, started=p.started)
+
+    @staticmethod
+    def _finished(
+        p: Picked, status: int, prompt_tokens: int | None, completion_tokens: int | None, error: str | None
+    ) -> None:
+        try:
+            p.tel.finished(
+                status, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, error=error
+            )
+        except Exception:
+            log.exception("telemetry finished failed")
 
 
 def budget(rate: float) -> SampleBudget:

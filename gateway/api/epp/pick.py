@@ -36,7 +36,8 @@ _PATHS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
 
 def endpoint_of(path: str) -> str | None:
     """CHAT or COMPLETIONS for the inference paths; None for any other path."""
-    return _PATHS.get(path.split("?", 1)[0].rstrip("/"))
+    found = _PATHS.get(path)  # the path as clients send it: no query, no trailing slash
+    return found if found is not None else _PATHS.get(path.split("?", 1)[0].rstrip("/"))
 
 
 @dataclass(slots=True)

@@ -172,7 +172,11 @@ class H2Connection(asyncio.Protocol):
                 if end > n:
                     break
                 (sid,) = _U32.unpack_from(data, pos + 5)
-                self._frame(data[pos + 3], data[pos + 4], sid & 0x7FFFFFFF, data[pos + 9 : end])
+                kind = data[pos + 3]
+                if kind == DATA and self._header_stream is None:  # the most frequent, directly
+                    self._on_data(data[pos + 4], sid & 0x7FFFFFFF, data[pos + 9 : end])
+                else:
+                    self._frame(kind, data[pos + 4], sid & 0x7FFFFFFF, data[pos + 9 : end])
                 pos = end
                 if self.closed:
                     return

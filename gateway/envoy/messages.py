@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.envoy.protowire import (
+    FIXED64,
     LEN,
     VARINT,
     ProtoError,
@@ -96,7 +97,7 @@ class Incoming:
 def parse(message: bytes) -> Incoming:
     """Decode a ProcessingRequest (raises :class:`~gateway.envoy.protowire.ProtoError`)."""
     inc = Incoming()
-    for num, wire, value in fields(message):
+    for num, wire, value in _fields(message):
         if wire != LEN:
             continue
         kind = _IN_PHASE.get(num)
@@ -105,7 +106,7 @@ def parse(message: bytes) -> Incoming:
             if kind in (REQUEST_HEADERS, RESPONSE_HEADERS):
                 _headers(value, inc)  # HttpHeaders{headers = 1 HeaderMap, end_of_stream = 3}
             elif kind in (REQUEST_BODY, RESPONSE_BODY):
-                for f, w, v in fields(value):  # HttpBody{body = 1, end_of_stream = 2}
+                for f, w, v in _fields(value):  # HttpBody{body = 1, end_of_stream = 2}
                     if f == 1 and w == LEN:
                         inc.body = v
                     elif f == 2 and w == VARINT:
@@ -124,7 +125,7 @@ def parse(message: bytes) -> Incoming:
                     inc.metadata[ns] = struct_value(st)
         elif num == _IN_PROTOCOL:
             # ProtocolConfiguration{request_body_mode = 1, send_body_without_waiting_for_header_response = 3}
-            for f, w, v in fields(value):
+            for f, w, v in _fields(value):
                 if f == 1 and w == VARINT:
                     inc.body_mode = v
                 elif f == 3 and w == VARINT:
@@ -133,11 +134,39 @@ def parse(message: bytes) -> Incoming:
 
 
 def _headers(buf: bytes, inc: Incoming) -> None:
-    for f, w, v in fields(buf):
+    for f, w, v in _fields(buf):
         if f == 1 and w == LEN:  # HeaderMap{headers = 1: HeaderValue{key = 1, value = 2, raw_value = 3}}
             _header_map(v, inc.headers)
         elif f == 3 and w == VARINT:
             inc.end_of_stream = bool(v)
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
+    """:func:`~gateway.envoy.protowire.fields` as a list, read without a generator: the
+    one-byte tags of LEN and VARINT fields (all the fields of what Envoy sends) here, any
+    other from there on by the general reader."""
+    out: list[tuple[int, int, Any]] = []
+    pos, n = 0, len(buf)
+    while pos < n:
+        key = buf[pos]
+        wire = key & 7
+        if key >= 0x80 or key < 8 or wire > LEN or wire == FIXED64 or pos + 1 >= n:
+            out.extend(fields(buf[pos:]))  # the rest as the general reader reads it
+            return out
+        value = buf[pos + 1]
+        if value < 0x80:
+            pos += 2
+        else:
+            value, pos = read_varint(buf, pos + 1)
+        if wire == LEN:
+            end = pos + value
+            if end > n:
+                raise ProtoError("truncated length-delimited field")
+            out.append((key >> 3, LEN, buf[pos:end]))
+            pos = end
+        else:
+            out.append((key >> 3, VARINT, value))
+    return out
 
 
 def _len(buf: bytes, pos: int) -> tuple[int, int]:

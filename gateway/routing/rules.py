@@ -45,16 +45,26 @@ def _load(e: EngineView) -> float:
 
 def choose_pair(view: ModelView) -> PairView:
     """The least-loaded pair with at least one usable engine."""
+    if len(view.pairs) == 1:  # the common case: no load to compare
+        pair = view.pairs[0]
+        if pair.base.usable or (pair.spec is not None and pair.spec.usable):
+            return pair
+        raise NoEngineAvailable(view.model, "all engines down")
     usable = [p for p in view.pairs if any(e.usable for e in p.engines)]
     if not usable:
         raise NoEngineAvailable(view.model, "all engines down")
     return min(usable, key=lambda p: sum(_load(e) for e in p.engines))
 
 
-def _decide(pair: PairView, route: Route, reason: Reason, *, movable: bool) -> Decision:
+def _engines(pair: PairView, route: Route, *, movable: bool) -> tuple[str, str | None]:
+    """The engine of ``route`` on ``pair``, and the sibling it may fall back to."""
     chosen, sibling = (pair.speculative, pair.base) if route is Route.SPEC else (pair.base, pair.spec)
-    fallback = sibling.name if movable and sibling is not None and sibling.usable else None
-    return Decision(route=route, engine=chosen.name, reason=reason, fallback=fallback)
+    return chosen.name, sibling.name if movable and sibling is not None and sibling.usable else None
+
+
+def _decide(pair: PairView, route: Route, reason: Reason, *, movable: bool) -> Decision:
+    engine, fallback = _engines(pair, route, movable=movable)
+    return Decision(route=route, engine=engine, reason=reason, fallback=fallback)
 
 
 def apply_hard_rules(features: RequestFeatures, view: ModelView) -> Preliminary:
@@ -91,15 +101,15 @@ def decide_route(
 ) -> Decision:
     """Build a policy decision for ``route`` on ``pair`` (retryable on the sibling);
     ``predicted_tpot_s`` is kept only when the request really goes to ``route``."""
-    d = _decide(pair, route, reason, movable=True)
+    engine, fallback = _engines(pair, route, movable=True)
     return Decision(
-        route=d.route,
-        engine=d.engine,
-        reason=d.reason,
-        fallback=d.fallback,
+        route=route,
+        engine=engine,
+        reason=reason,
+        fallback=fallback,
         predicted_speedup=predicted_speedup,
         predicted_acceptance=predicted_acceptance,
         probe=probe,
-        predicted_tpot_s=predicted_tpot_s if d.route is route else None,
-        move_from=move_from if d.route is route else None,
+        predicted_tpot_s=predicted_tpot_s,
+        move_from=move_from,
     )

@@ -656,6 +656,36 @@ async def test_raw_frame_larger_than_16384_is_frame_size_error() -> None:
     assert peer.goaway()[1] == FRAME_SIZE_ERROR
 
 
+async def test_raw_oversized_frame_in_parts_is_refused_once_its_header_is_in() -> None:
+    """A frame kept across reads (the rest of it not come yet) is still judged by its
+    header as soon as that is whole: no waiting for a payload too large to take."""
+    peer = Peer()
+    peer.start()
+    wire = frame(PING, 0, 0, b"x" * 16_385)
+    peer.send(wire[:4])
+    assert not peer.transport.closed
+    peer.send(wire[4:9])
+    assert peer.goaway()[1] == FRAME_SIZE_ERROR
+
+
+async def test_raw_frames_split_anywhere_between_reads() -> None:
+    """Reads that end inside a frame header, inside a payload, or on a boundary, with the
+    next frame's start in the same read: every message arrives once, in order."""
+    wire = b"".join(
+        frame(DATA, END_STREAM if i == 4 else 0, 1, grpc_message(b"m%d" % i + b"x" * (i * 50)))
+        for i in range(5)
+    )
+    for cut in (1, 5, 9, 10, 33, 120):
+        peer = Peer()
+        peer.start()
+        peer.send(peer.open(1))
+        for i in range(0, len(wire), cut):
+            peer.send(wire[i : i + cut])
+        rec = peer.svc.recorders[1]
+        assert rec.messages == [b"m%d" % i + b"x" * (i * 50) for i in range(5)], cut
+        assert rec.ended
+
+
 async def test_raw_frame_of_16384_is_fine() -> None:
     peer = Peer()
     peer.start()
@@ -1107,6 +1137,19 @@ async def test_raw_message_over_max_message_ends_the_stream() -> None:
     assert peer.decode(frames[0])["grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED)
     assert frames[1] == Frame(RST_STREAM, 0, 1, u32(NO_ERROR))
     assert not peer.transport.closed
+
+
+async def test_raw_message_over_max_message_in_parts_ends_the_stream_at_its_prefix() -> None:
+    """A message kept across DATA frames is judged by its 5-byte prefix as soon as that is
+    whole, even when the prefix itself came in two frames."""
+    peer = Peer(max_message=100)
+    peer.start()
+    peer.send(peer.open(1), frame(DATA, 0, 1, b"\x00" + u32(101)[:2]))
+    assert peer.svc.recorders[1].resets == 0
+    peer.send(frame(DATA, 0, 1, u32(101)[2:] + b"x" * 10))
+    rec = peer.svc.recorders[1]
+    assert rec.messages == [] and rec.resets == 1
+    assert peer.decode(peer.frames()[0])["grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED)
 
 
 async def test_raw_compressed_message_is_unimplemented() -> None:

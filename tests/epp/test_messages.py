@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.envoy import messages as m
-from gateway.envoy.protowire import ProtoError, fields, struct_bytes, struct_value
+from gateway.envoy.protowire import ProtoError, fields, ld, struct_bytes, struct_value, uint
 from gateway.wire.errors import ApiError
 from tests.epp.extproc_wire import parse_response
 
@@ -96,3 +98,41 @@ def test_unknown_fields_are_skipped() -> None:
     known = bytes.fromhex(GOLDEN["requests"][0]["hex"])
     extra = b"\x78\x01" + b"\xa2\x06\x03abc"  # field 15 varint, field 100 bytes
     assert m.parse(known + extra) == m.parse(known)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=12),
+            st.builds(lambda f, b: ld(f, b), st.integers(1, 15), st.binary(max_size=300)),
+            st.builds(lambda f, v: uint(f, v), st.integers(1, 15), st.integers(0, 1 << 40)),
+        ),
+        max_size=6,
+    ).map(b"".join)
+)
+def test_the_fast_field_reader_reads_as_the_general_one(data: bytes) -> None:
+    """``messages._fields`` (no generator, one-byte tags) gives what ``protowire.fields``
+    gives, or fails as it does, on well-formed and malformed bytes alike."""
+    try:
+        expected = list(fields(data))
+    except ProtoError:
+        with pytest.raises(ProtoError):
+            m._fields(data)
+        return
+    assert m._fields(data) == expected
+
+
+def test_golden_requests_read_the_same_by_both_field_readers() -> None:
+    for case in GOLDEN["requests"]:
+        data = bytes.fromhex(case["hex"])
+        assert m._fields(data) == list(fields(data))
+
+
+def test_header_names_in_another_case_are_read_and_other_values_left_alone() -> None:
+    """Names are matched whatever their case; the values of headers the EPP does not read
+    are not decoded (an undecodable one costs nothing)."""
+    hv = ld(1, ld(1, b"Content-Length") + ld(3, b"12")) + ld(1, ld(1, b"x-other") + ld(3, b"\xff\xfe"))
+    hv += ld(1, ld(1, b":path") + ld(2, b"/v1/completions"))
+    inc = m.parse(ld(2, ld(1, hv)))
+    assert inc.headers == {"content-length": "12", ":path": "/v1/completions"}

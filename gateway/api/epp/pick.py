@@ -15,7 +15,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from multidict import CIMultiDict
@@ -66,7 +66,6 @@ class Picked:
     started: float
     rid: str
     released: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def chosen(self) -> EngineRuntime:

@@ -11,7 +11,10 @@ send them). The gateway state is the one ``specgate serve --epp-port`` runs
 (the thread's CPU time over ``--requests`` streams, after a warm-up), the figure to set
 against the proxy's own in-process figure (``overhead_cpu.py``).
 
-    python loadtests/epp_cpu.py [--policy always-base] [--stream] [--watched] [--requests 3000] [--profile]
+    python loadtests/epp_cpu.py [--policy always-base] [--stream] [--watched] [--short] [--profile]
+
+``--short``: the short chat body ``bench_overhead.py`` sends (one brief user turn) instead of
+a 400-character summarisation prompt, whose overlap prediction costs more.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from gateway.config import load_config
 from gateway.envoy import h2, h2wire
 from gateway.telemetry import build_telemetry
 from tests.epp.extproc_wire import request_body, request_headers, response_headers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_overhead import _payload
 
 GRPC_HEADERS = [
     (":method", "POST"),
@@ -97,6 +103,8 @@ async def run(args: argparse.Namespace) -> float:
         "temperature": 0.7,
         "stream": args.stream,
     }
+    if args.short:  # bench_overhead.py's request, for this config's model
+        body = {**json.loads(_payload(args.stream)), "model": "qwen3-8b"}
     phases = [_message(request_headers()), _message(request_body(body))]
     if args.watched:
         phases.append(_message(response_headers(200)))
@@ -131,12 +139,13 @@ def main() -> int:
     ap.add_argument("--policy", default="always-base", help="routing policy (default always-base)")
     ap.add_argument("--stream", action="store_true", help="streamed requests (the body's stream: true)")
     ap.add_argument("--watched", action="store_true", help="every request's response headers too")
+    ap.add_argument("--short", action="store_true", help="bench_overhead.py's short chat body")
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the measured requests")
     args = ap.parse_args()
     us = asyncio.run(run(args)) * 1e6
-    out = {"policy": args.policy, "stream": args.stream, "watched": args.watched}
+    out = {"policy": args.policy, "stream": args.stream, "watched": args.watched, "short": args.short}
     print(json.dumps({**out, "cpu_us_per_request": round(us, 1)}))
     return 0
 

@@ -4,8 +4,10 @@ per round each policy's mean TPOT and adaptive's ratios, then the ratios over ro
     python3 loadtests/gpu/day_rounds.py results/gpu/round6/dayN-r0 results/gpu/round6/dayN-r1 ...
 
 A day is one sample per policy per round; the spread of a ratio over rounds, and the A/A
-(``adaptive#2`` ÷ ``adaptive``) where a round ran adaptive twice, show what a difference
-must exceed to be more than the order and the day's noise.
+(``P#2`` ÷ ``P``) where a round ran a policy twice, show what a difference must exceed to be
+more than the order and the day's noise. Where the rounds ran a ratio's two policies in both
+orders, the ratio is also given per order and balanced (the geometric mean of the two orders'
+means), so that rounds unequal in number per order do not carry a slot effect into it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 RATIOS = (
     ("adaptive ÷ always-spec", "adaptive", "always-spec"),
     ("adaptive ÷ always-base", "adaptive", "always-base"),
-    ("A/A: adaptive#2 ÷ adaptive", "adaptive#2", "adaptive"),
 )
 
 
@@ -35,38 +36,59 @@ def load(folder: Path) -> dict[str, Any]:
     }
 
 
-def ratios(day: dict[str, Any]) -> dict[str, float]:
+def pairs(days: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The ratios these rounds can give: adaptive's against each static, and an A/A for
+    each policy a round ran twice (``P#2`` ÷ ``P``)."""
+    twice = sorted({p for d in days for p in d["tpot"] if p.endswith("#2")})
+    return [*RATIOS, *((f"A/A: {p} ÷ {p[:-2]}", p, p[:-2]) for p in twice)]
+
+
+def ratios(day: dict[str, Any], names: list[tuple[str, str, str]]) -> dict[str, float]:
     t = day["tpot"]
-    return {name: t[a] / t[b] for name, a, b in RATIOS if a in t and b in t and t[b] > 0}
+    return {name: t[a] / t[b] for name, a, b in names if a in t and b in t and t[b] > 0}
+
+
+def _gm(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def combine(days: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per ratio over the rounds: geometric mean, min, max, rounds."""
+    """Per ratio over the rounds: geometric mean, min, max, rounds; where both orders ran,
+    the mean of the rounds with the numerator first, of those with it later, and balanced."""
+    names = pairs(days)
     out: dict[str, dict[str, float]] = {}
-    for name, _, _ in RATIOS:
-        xs = [r[name] for r in map(ratios, days) if name in r]
-        if xs:
-            gm = math.exp(sum(math.log(x) for x in xs) / len(xs))
-            out[name] = {"mean": gm, "min": min(xs), "max": max(xs), "rounds": float(len(xs))}
+    for name, a, b in names:
+        got = [(r[name], d) for d in days if name in (r := ratios(d, [(name, a, b)]))]
+        if not got:
+            continue
+        xs = [x for x, _ in got]
+        c = {"mean": _gm(xs), "min": min(xs), "max": max(xs), "rounds": float(len(xs))}
+        first = [x for x, d in got if a in d["order"] and d["order"].index(a) < d["order"].index(b)]
+        later = [x for x, d in got if a in d["order"] and d["order"].index(a) > d["order"].index(b)]
+        if first and later and not name.startswith("A/A"):
+            c |= {"first": _gm(first), "later": _gm(later), "balanced": math.sqrt(_gm(first) * _gm(later))}
+        out[name] = c
     return out
 
 
 def markdown(days: list[dict[str, Any]]) -> str:
     policies = sorted({p for d in days for p in d["tpot"]})
+    names = pairs(days)
     lines = [
-        "| round | order | " + " | ".join(policies) + " | " + " | ".join(n for n, _, _ in RATIOS) + " |",
-        "|---|---|" + "---|" * (len(policies) + len(RATIOS)),
+        "| round | order | " + " | ".join(policies) + " | " + " | ".join(n for n, _, _ in names) + " |",
+        "|---|---|" + "---|" * (len(policies) + len(names)),
     ]
     for d in sorted(days, key=lambda d: d["round"]):
-        r = ratios(d)
+        r = ratios(d, names)
         cells = [f"{d['tpot'][p]:.2f}" if p in d["tpot"] else "–" for p in policies]
-        cells += [f"{r[n]:.3f}" if n in r else "–" for n, _, _ in RATIOS]
+        cells += [f"{r[n]:.3f}" if n in r else "–" for n, _, _ in names]
         lines.append(f"| {d['round']} | {', '.join(d['order'])} | " + " | ".join(cells) + " |")
     lines.append("")
     for name, c in combine(days).items():
-        lines.append(
-            f"- {name}: {c['mean']:.3f} over {int(c['rounds'])} round(s) [{c['min']:.3f}, {c['max']:.3f}]"
-        )
+        line = f"- {name}: {c['mean']:.3f} over {int(c['rounds'])} round(s) [{c['min']:.3f}, {c['max']:.3f}]"
+        if "balanced" in c:
+            line += f"; first {c['first']:.3f}, later {c['later']:.3f}, balanced {c['balanced']:.3f}"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

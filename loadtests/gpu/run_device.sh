@@ -61,6 +61,7 @@ up)
   } > "$OUT/versions.txt" 2>&1
   python3 loadtests/gpu/probe.py /tmp/probe "$(python3 -c 'import json; print(",".join(json.load(open("/tmp/vlogs/ready.json"))))')"
   grep -hE "KV cache|GPU blocks|Maximum concurrency|speculative|SpeculativeConfig|Error|error" /tmp/vlogs/*.log | grep -v "^.*DEBUG" | cut -c1-300 | head -40
+  du -sh ~/.cache/vllm ~/.triton ~/.cache/torch /tmp/torchinductor_* 2>/dev/null  # compile caches (a lead: carry them)
   tar czf "$OUT/up.tar.gz" -C /tmp probe vlogs
   echo "up done in $(( $(date +%s) - t0 ))s rc=$rc"
   exit $rc

@@ -57,3 +57,34 @@ def test_rounds_combine_into_ratios_with_their_spread(rounds: ModuleType, tmp_pa
     assert "adaptive ÷ always-base" not in rounds.combine(days)  # never ran
     md = rounds.markdown(days)
     assert "| 1 | always-spec, adaptive |" in md and "[1.000, 1.125]" in md
+
+
+def test_rounds_unequal_per_order_are_balanced_and_any_repeated_policy_is_an_a_a(
+    rounds: ModuleType, tmp_path: Path
+) -> None:
+    first = ["adaptive", "always-base"]
+    later = ["always-base", "adaptive"]
+    days = [
+        rounds.load(_day(tmp_path / "r0", 0, first, {"adaptive": 10.0, "always-base": 8.0})),
+        rounds.load(_day(tmp_path / "r1", 1, later, {"adaptive": 8.0, "always-base": 10.0})),
+        rounds.load(_day(tmp_path / "r3", 3, later, {"adaptive": 8.0, "always-base": 10.0})),
+        rounds.load(
+            _day(
+                tmp_path / "aa",
+                0,
+                ["always-base", "always-base#2"],
+                {"always-base": 10.0, "always-base#2": 9.0},
+            )
+        ),
+    ]
+    c = rounds.combine(days)
+    base = c["adaptive ÷ always-base"]
+    assert (
+        base["rounds"] == 3 and base["first"] == pytest.approx(1.25) and base["later"] == pytest.approx(0.8)
+    )
+    assert base["balanced"] == pytest.approx(1.0)  # two rounds of one order do not outvote one of the other
+    assert base["mean"] == pytest.approx((1.25 * 0.8 * 0.8) ** (1 / 3))
+    aa = c["A/A: always-base#2 ÷ always-base"]
+    assert aa["rounds"] == 1 and aa["mean"] == pytest.approx(0.9) and "balanced" not in aa
+    md = rounds.markdown(days)
+    assert "balanced 1.000" in md and "| A/A: always-base#2 ÷ always-base |" in md

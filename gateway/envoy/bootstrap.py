@@ -14,9 +14,10 @@ Extension's Endpoint Picker protocol. What the generated bootstrap holds:
   NONE, trailers SKIP, and ``allow_mode_override``, so that specgate asks for the response
   headers of the answers it watches and the body of a sampled few. Skipping the other
   answers' response phase keeps a round trip to specgate off every response, and a message
-  pair off its CPU. (STREAMED with ``send_body_without_waiting_for_header_response`` would
-  save the request headers' round trip, but Envoy then ignores mode overrides: specgate
-  could not watch a share of the answers, and would learn nothing);
+  pair off its CPU. STREAMED with ``send_body_without_waiting_for_header_response`` saves
+  the request headers' round trip, but Envoy then ignores mode overrides, so no answer
+  could be watched: with ``watch_share`` the bootstrap splits the requests between both
+  filters (:mod:`.filters`), a share watched and the rest in one round trip;
 - one route, ``/`` to the cluster ``engines``, without a timeout (answers stream), retrying
   once on a connect failure, a refused stream or a reset before the request went out: the
   override-host policy then takes the next endpoint of the EPP's list, the sibling engine.
@@ -49,14 +50,21 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config.models import EngineConfig, GatewayConfig
+from gateway.envoy.filters import (
+    EPP_CLUSTER,
+    LB_NAMESPACE,
+    SPECGATE_NAMESPACE,
+    duration,
+    ext_proc_filters,
+    share_routes,
+    typed,
+)
+
+__all__ = ["EPP_CLUSTER", "LB_NAMESPACE", "SPECGATE_NAMESPACE", "envoy_config"]
 
 DESTINATION = "x-gateway-destination-endpoint"
 SERVED = "x-gateway-destination-endpoint-served"
-LB_NAMESPACE = "envoy.lb"
-# specgate's own dynamic metadata (its route and reason), for the access log.
-SPECGATE_NAMESPACE = "specgate"
 ENGINES_CLUSTER = "engines"
-EPP_CLUSTER = "specgate_epp"
 PLAIN_PRIORITY = 0
 SPEC_PRIORITY = 1
 RETRY_ON = "connect-failure,refused-stream,reset-before-request"
@@ -79,9 +87,6 @@ ACCESS_LOG_FORMAT = {
     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
     "duration_ms": "%DURATION%",
 }
-
-_TYPE = "@type"
-_T = "type.googleapis.com/envoy."
 
 
 @dataclass(frozen=True)
@@ -162,17 +167,8 @@ def engine_endpoints(cfg: GatewayConfig) -> list[EngineEndpoint]:
     return sorted(out, key=lambda ep: ep.priority)
 
 
-def _duration(seconds: float) -> str:
-    """Envoy's duration, to the millisecond (never below one)."""
-    return f"{max(seconds, 0.001):.3f}".rstrip("0").rstrip(".") + "s"
-
-
 def _socket_address(host: str, port: int) -> dict[str, Any]:
     return {"address": {"socket_address": {"address": host, "port_value": port}}}
-
-
-def _typed(type_name: str, **fields: Any) -> dict[str, Any]:
-    return {_TYPE: _T + type_name, **fields}
 
 
 def _check_port(what: str, port: int, *, allow_zero: bool = False) -> None:
@@ -200,7 +196,7 @@ def _engines_cluster(cfg: GatewayConfig) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": ENGINES_CLUSTER,
         "type": "STRICT_DNS" if dns else "STATIC",
-        "connect_timeout": _duration(connect_s),
+        "connect_timeout": duration(connect_s),
     }
     if dns:
         cluster["dns_lookup_family"] = "V4_PREFERRED"
@@ -210,7 +206,7 @@ def _engines_cluster(cfg: GatewayConfig) -> dict[str, Any]:
                 {
                     "typed_extension_config": {
                         "name": "envoy.load_balancing_policies.override_host",
-                        "typed_config": _typed(
+                        "typed_config": typed(
                             "extensions.load_balancing_policies.override_host.v3.OverrideHost",
                             override_host_sources=[
                                 {"header": DESTINATION},
@@ -224,7 +220,7 @@ def _engines_cluster(cfg: GatewayConfig) -> dict[str, Any]:
                                     {
                                         "typed_extension_config": {
                                             "name": "envoy.load_balancing_policies.round_robin",
-                                            "typed_config": _typed(
+                                            "typed_config": typed(
                                                 "extensions.load_balancing_policies.round_robin.v3.RoundRobin"
                                             ),
                                         }
@@ -273,14 +269,14 @@ def _epp_cluster(epp_host: str, epp_port: int) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": EPP_CLUSTER,
         "type": "STRICT_DNS" if dns else "STATIC",
-        "connect_timeout": _duration(EPP_CONNECT_TIMEOUT_S),
+        "connect_timeout": duration(EPP_CONNECT_TIMEOUT_S),
     }
     if dns:
         cluster["dns_lookup_family"] = "V4_PREFERRED"
     cluster |= {
         # gRPC: HTTP/2 without TLS (h2c).
         "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _typed(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": typed(
                 "extensions.upstreams.http.v3.HttpProtocolOptions",
                 explicit_http_config={"http2_protocol_options": {}},
             )
@@ -295,39 +291,6 @@ def _epp_cluster(epp_host: str, epp_port: int) -> dict[str, Any]:
     return cluster
 
 
-def ext_proc_filter(*, fail_open: bool, message_timeout_s: float) -> dict[str, Any]:
-    """The ``ext_proc`` HTTP filter that asks specgate, with the processing modes its EPP expects."""
-    return {
-        "name": "envoy.filters.http.ext_proc",
-        "typed_config": _typed(
-            "extensions.filters.http.ext_proc.v3.ExternalProcessor",
-            grpc_service={
-                "envoy_grpc": {"cluster_name": EPP_CLUSTER},
-                "timeout": _duration(message_timeout_s),
-            },
-            failure_mode_allow=fail_open,
-            # specgate switches the response body on for a sampled few answers to learn from.
-            allow_mode_override=True,
-            processing_mode={
-                "request_header_mode": "SEND",
-                "request_body_mode": "BUFFERED",
-                "request_trailer_mode": "SKIP",
-                "response_header_mode": "SKIP",
-                "response_body_mode": "NONE",
-                "response_trailer_mode": "SKIP",
-            },
-            message_timeout=_duration(message_timeout_s),
-            metadata_options={
-                # specgate's pick comes back as envoy.lb metadata (Envoy drops namespaces not
-                # listed here), its route and reason as specgate metadata; the engine that
-                # served goes to specgate as envoy.lb metadata with the response headers.
-                "forwarding_namespaces": {"untyped": [LB_NAMESPACE]},
-                "receiving_namespaces": {"untyped": [LB_NAMESPACE, SPECGATE_NAMESPACE]},
-            },
-        ),
-    }
-
-
 def envoy_config(
     cfg: GatewayConfig,
     *,
@@ -338,12 +301,15 @@ def envoy_config(
     fail_open: bool = False,
     admin_port: int | None = None,
     message_timeout_s: float = 10.0,
+    watch_share: float | None = None,
 ) -> dict[str, Any]:
     """An Envoy bootstrap (dump it with ``yaml.safe_dump``) that fronts the engines of ``cfg``
     with specgate at ``epp_host:epp_port`` as Endpoint Picker. ``fail_open``: without an
     answer from specgate, requests go on to the plain engines (round robin) instead of
-    failing with 500. Raises ValueError for what the config cannot express (an https engine,
-    an engine url with a path, two engines on one address)."""
+    failing with 500. ``watch_share``: the split layout (:mod:`.filters`), this share of
+    the requests on the watched path and the rest on one round trip. Raises ValueError
+    for what the config cannot express (an https engine, an engine url with a path, two
+    engines on one address, a share outside [0, 1])."""
     _check_port("listen_port", listen_port, allow_zero=True)
     _check_port("epp_port", epp_port)
     if admin_port is not None:
@@ -376,7 +342,7 @@ def envoy_config(
             for tag in ("route", "reason", "engine")
         ],
     }
-    hcm = _typed(
+    hcm = typed(
         "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         stat_prefix="specgate",
         codec_type="AUTO",
@@ -384,7 +350,7 @@ def envoy_config(
         access_log=[
             {
                 "name": "envoy.access_loggers.stdout",
-                "typed_config": _typed(
+                "typed_config": typed(
                     "extensions.access_loggers.stream.v3.StdoutAccessLog",
                     log_format={"json_format": ACCESS_LOG_FORMAT},
                 ),
@@ -392,21 +358,25 @@ def envoy_config(
         ],
         route_config={
             "name": "specgate",
-            "virtual_hosts": [{"name": "engines", "domains": ["*"], "routes": [route]}],
+            "virtual_hosts": [
+                {"name": "engines", "domains": ["*"], "routes": share_routes(route, watch_share)}
+            ],
         },
         http_filters=[
             {
                 # Clients never pick the engine: only the EPP sets this header.
                 "name": "envoy.filters.http.header_mutation",
-                "typed_config": _typed(
+                "typed_config": typed(
                     "extensions.filters.http.header_mutation.v3.HeaderMutation",
                     mutations={"request_mutations": [{"remove": DESTINATION}]},
                 ),
             },
-            ext_proc_filter(fail_open=fail_open, message_timeout_s=message_timeout_s),
+            *ext_proc_filters(
+                fail_open=fail_open, message_timeout_s=message_timeout_s, split=watch_share is not None
+            ),
             {
                 "name": "envoy.filters.http.router",
-                "typed_config": _typed("extensions.filters.http.router.v3.Router"),
+                "typed_config": typed("extensions.filters.http.router.v3.Router"),
             },
         ],
     )
@@ -431,7 +401,7 @@ def envoy_config(
             "resource_monitors": [
                 {
                     "name": "envoy.resource_monitors.global_downstream_max_connections",
-                    "typed_config": _typed(
+                    "typed_config": typed(
                         "extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
                         max_active_downstream_connections=cfg.server.max_connections,
                     ),

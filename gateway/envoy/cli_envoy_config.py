@@ -30,6 +30,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin-port", type=int, help="serve Envoy's admin interface on 127.0.0.1:PORT (default: none)"
     )
+    parser.add_argument(
+        "--watch-share",
+        type=float,
+        metavar="F",
+        help="split the requests: this share (0-1, drawn per request) on the watched path, where "
+        "specgate answers the headers, then the body (two round trips), and watches up to "
+        "epp.observe_per_s answers a second per model to learn from; the rest in one round trip "
+        "(the body sent without waiting for the headers' answer), never watched. Default: every "
+        "request on the watched path",
+    )
 
 
 def document(cfg: GatewayConfig, *, source: str, **options: Any) -> str:
@@ -51,6 +61,12 @@ def document(cfg: GatewayConfig, *, source: str, **options: Any) -> str:
             if fail_open
             else "# without an answer from it requests fail with 500 (fail closed).\n"
         )
+        + (
+            f"# {share:g} of the requests on the watched path (two round trips to specgate), "
+            "the rest in one.\n"
+            if (share := options.get("watch_share")) is not None
+            else ""
+        )
         + "# See deploy/envoy/README.md.\n"
     )
     return header + yaml.safe_dump(bootstrap, sort_keys=False)
@@ -71,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
             epp_port=args.epp_port,
             fail_open=args.fail_open,
             admin_port=args.admin_port,
+            watch_share=args.watch_share,
         )
     except (ConfigError, ValueError) as exc:
         print(f"specgate envoy-config: {exc}", file=sys.stderr)

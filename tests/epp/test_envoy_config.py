@@ -42,6 +42,7 @@ from gateway.envoy.bootstrap import (
     envoy_config,
 )
 from gateway.envoy.cli_envoy_config import document
+from gateway.envoy.filters import EXT_PROC, ONE_TRIP_FILTER, WATCHED_FILTER
 from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, hcm, http_filter, needs_envoy, run_envoy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,6 +192,45 @@ def test_ext_proc_filter_modes_and_failure_mode(fail_open: bool) -> None:
         "forwarding_namespaces": {"untyped": [LB_NAMESPACE]},
         "receiving_namespaces": {"untyped": [LB_NAMESPACE, "specgate"]},
     }
+
+
+def test_a_watch_share_splits_the_requests_between_a_watched_filter_and_a_one_trip_filter() -> None:
+    boot = envoy_config(config(TWO_PAIRS), message_timeout_s=2.5, watch_share=0.05)
+    names = [f["name"] for f in hcm(boot)["http_filters"]]
+    assert names == [
+        "envoy.filters.http.header_mutation",
+        ONE_TRIP_FILTER,
+        WATCHED_FILTER,
+        "envoy.filters.http.router",
+    ]
+    # The watched path is the default layout's filter under another name.
+    watched = http_filter(boot, WATCHED_FILTER)
+    assert watched == http_filter(envoy_config(config(TWO_PAIRS), message_timeout_s=2.5), EXT_PROC)
+    one = http_filter(boot, ONE_TRIP_FILTER)
+    assert one["send_body_without_waiting_for_header_response"] is True
+    assert one["allow_mode_override"] is False  # Envoy would ignore overrides there
+    assert one["processing_mode"] == {**watched["processing_mode"], "request_body_mode": "STREAMED"}
+    assert {k: v for k, v in one.items() if k not in ("processing_mode", "allow_mode_override")} == {
+        **{k: v for k, v in watched.items() if k not in ("processing_mode", "allow_mode_override")},
+        "send_body_without_waiting_for_header_response": True,
+    }
+    (vhost,) = hcm(boot)["route_config"]["virtual_hosts"]
+    first, rest = vhost["routes"]
+    whole = the_route(envoy_config(config(TWO_PAIRS)))
+    fraction = first["match"].pop("runtime_fraction")
+    assert fraction["default_value"] == {"numerator": 50_000, "denominator": "MILLION"}
+    assert fraction["runtime_key"] == "specgate.watch_share"
+    for route, off in ((first, ONE_TRIP_FILTER), (rest, WATCHED_FILTER)):
+        (per,) = route.pop("typed_per_filter_config").items()
+        assert per[0] == off and per[1]["disabled"] is True
+        assert per[1]["@type"].endswith("ext_proc.v3.ExtProcPerRoute")
+        assert route == whole  # otherwise the same route: retries, headers, body limit
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_watch_share_outside_0_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="watch_share"):
+        envoy_config(config(TWO_PAIRS), watch_share=share)
 
 
 def test_epp_cluster_is_http2_at_the_given_address() -> None:
@@ -360,6 +400,7 @@ VALIDATE_CASES: dict[str, Any] = {
         config([("vllm-spec:8001", "vllm-base:8002")]), epp_host="specgate", listen_host="0.0.0.0"
     ),
     "plain-only-ipv6": lambda: envoy_config(config([(None, "[::1]:8002")]), epp_host="::1"),
+    "split-watch-share": lambda: envoy_config(config(TWO_PAIRS), watch_share=0.05),
 }
 
 

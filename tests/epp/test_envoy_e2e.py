@@ -295,3 +295,58 @@ async def test_a_body_sent_without_waiting_is_routed_and_rewritten(
         finally:
             await c.close()
         assert app[STATE].inflight == 0
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0], ids=["one-trip", "watched"])
+async def test_a_watch_share_sends_requests_down_one_path_or_the_other(
+    pair: EmulatorGroup, tmp_path: Path, share: float
+) -> None:
+    """The split layout (``--watch-share``): on the one-trip path the EPP gets the body
+    without waiting and never the response phase; on the watched path the body after the
+    headers' answer, and the response headers of what it watches. Either way the SDK gets
+    the engine the EPP chose, with the route headers."""
+    async with stack(epp_config(pair), tmp_path, watch_share=share) as (envoy, app):
+        modes: list[bool] = []  # per request: did the body come without waiting?
+        responses: list[int] = []
+        streams = app[EPP].open_stream
+
+        def counting(stream: Any) -> Any:
+            handler = streams(stream)
+            if isinstance(handler, extproc.ExtProcStream):
+                headers, seen = handler._request_headers, handler._response_headers
+
+                def request_headers(inc: Any) -> None:
+                    headers(inc)
+                    modes.append(handler.deferred)
+
+                def response_headers(inc: Any) -> None:
+                    responses.append(1)
+                    seen(inc)
+
+                handler._request_headers = request_headers  # type: ignore[method-assign]
+                handler._response_headers = response_headers  # type: ignore[method-assign]
+            return handler
+
+        app[EPP].open_stream = counting  # type: ignore[method-assign]
+        c = await client(envoy)
+        try:
+            for route, stream in (("spec", False), ("base", False), ("spec", True)):
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="qwen3-8b",
+                    messages=MESSAGES,
+                    max_tokens=8,
+                    temperature=0,
+                    stream=stream,
+                    extra_headers={"x-specgate-route": route},
+                )
+                assert raw.headers["x-specgate-route"] == route
+                assert raw.headers["x-specgate-engine"] == f"{route}0"
+                parsed = raw.parse()
+                models = {ch.model async for ch in parsed} if stream else {parsed.model}
+                assert models == {f"qwen3-8b-{route}"}
+        finally:
+            await c.close()
+        assert modes == [share == 0.0] * 3
+        assert len(responses) == (3 if share == 1.0 else 0)
+        st = app[STATE]
+        assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)

@@ -52,9 +52,27 @@ def _gm(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+# Student's t, two-sided 95 %, by degrees of freedom (rounds - 1).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def t_interval(xs: list[float]) -> tuple[float, float] | None:
+    """The 95 % interval of the geometric mean over rounds (t on the logs: each round one
+    sample of the ratio), or None with fewer than two rounds."""
+    n = len(xs)
+    if n < 2:
+        return None
+    logs = [math.log(x) for x in xs]
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (n - 1))
+    half = _T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
 def combine(days: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per ratio over the rounds: geometric mean, min, max, rounds; where both orders ran,
-    the mean of the rounds with the numerator first, of those with it later, and balanced."""
+    """Per ratio over the rounds: geometric mean, min, max, rounds, the 95 % t-interval;
+    where both orders ran, the mean of the rounds with the numerator first, of those with
+    it later, and balanced."""
     names = pairs(days)
     out: dict[str, dict[str, float]] = {}
     for name, a, b in names:
@@ -63,6 +81,8 @@ def combine(days: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             continue
         xs = [x for x, _ in got]
         c = {"mean": _gm(xs), "min": min(xs), "max": max(xs), "rounds": float(len(xs))}
+        if (ci := t_interval(xs)) is not None:
+            c |= {"ci_lo": ci[0], "ci_hi": ci[1]}
         first = [x for x, d in got if a in d["order"] and d["order"].index(a) < d["order"].index(b)]
         later = [x for x, d in got if a in d["order"] and d["order"].index(a) > d["order"].index(b)]
         if first and later and not name.startswith("A/A"):
@@ -86,6 +106,8 @@ def markdown(days: list[dict[str, Any]]) -> str:
     lines.append("")
     for name, c in combine(days).items():
         line = f"- {name}: {c['mean']:.3f} over {int(c['rounds'])} round(s) [{c['min']:.3f}, {c['max']:.3f}]"
+        if "ci_lo" in c:
+            line += f", 95 % t-interval [{c['ci_lo']:.3f}, {c['ci_hi']:.3f}]"
         if "balanced" in c:
             line += f"; first {c['first']:.3f}, later {c['later']:.3f}, balanced {c['balanced']:.3f}"
         lines.append(line)

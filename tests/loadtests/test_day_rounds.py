@@ -88,3 +88,14 @@ def test_rounds_unequal_per_order_are_balanced_and_any_repeated_policy_is_an_a_a
     assert aa["rounds"] == 1 and aa["mean"] == pytest.approx(0.9) and "balanced" not in aa
     md = rounds.markdown(days)
     assert "balanced 1.000" in md and "| A/A: always-base#2 ÷ always-base |" in md
+
+
+def test_the_t_interval_over_rounds_widens_with_their_spread_and_needs_two(rounds: ModuleType) -> None:
+    assert rounds.t_interval([0.95]) is None
+    lo, hi = rounds.t_interval([0.964, 0.954, 0.939])
+    assert lo < 0.939 and hi > 0.964  # wider than the range of three rounds
+    assert lo == pytest.approx(0.9213, abs=1e-3) and hi == pytest.approx(0.9846, abs=1e-3)
+    tight = rounds.t_interval([0.95, 0.951, 0.949])
+    assert tight[1] - tight[0] < hi - lo
+    same = rounds.t_interval([0.9, 0.9])
+    assert same == pytest.approx((0.9, 0.9))

@@ -9,6 +9,7 @@ names, and in the emulator's own request count where it serves one.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -350,3 +351,38 @@ async def test_a_watch_share_sends_requests_down_one_path_or_the_other(
         assert len(responses) == (3 if share == 1.0 else 0)
         st = app[STATE]
         assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0], ids=["one-trip", "watched"])
+async def test_either_path_refuses_bad_requests_in_openai_form_before_any_engine(
+    pair: EmulatorGroup, tmp_path: Path, share: float
+) -> None:
+    """A body over ``server.max_body_bytes`` (sent in pieces on the one-trip path), a body
+    that is not JSON and a model nobody serves: Envoy answers specgate's error, OpenAI-shaped,
+    and no engine is asked."""
+    cfg = epp_config(pair, **{"server.max_body_bytes": 4096})
+    async with stack(cfg, tmp_path, watch_share=share) as (envoy, app):
+        url = f"{envoy.url}/v1/chat/completions"
+        big = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "x" * 20_000}], "max_tokens": 4}
+        cases = [
+            (json.dumps(big).encode(), 413),
+            (b'{"model": "qwen3-8b", "messages": [', 400),
+            (json.dumps({**big, "model": "nobody", "messages": MESSAGES}).encode(), 404),
+        ]
+
+        async def pieces(body: bytes) -> AsyncIterator[bytes]:
+            for i in range(0, len(body), 1000):
+                yield body[i : i + 1000]
+                await asyncio.sleep(0)
+
+        async with aiohttp.ClientSession() as s:
+            for body, status in cases:
+                headers = {"content-type": "application/json"}
+                for data in (body, pieces(body)):  # with a content-length, then chunked
+                    async with s.post(url, data=data, headers=headers) as r:
+                        assert r.status == status, await r.text()
+                        err = (await r.json(content_type=None))["error"]
+                        assert err["message"] and err["type"]
+        assert app[STATE].inflight == 0
+    spec, base = pair.engines
+    assert await served(spec) == 0 and await served(base) == 0

@@ -372,7 +372,10 @@ def envoy_config(
                 ),
             },
             *ext_proc_filters(
-                fail_open=fail_open, message_timeout_s=message_timeout_s, split=watch_share is not None
+                fail_open=fail_open,
+                message_timeout_s=message_timeout_s,
+                split=watch_share is not None,
+                max_body_bytes=cfg.server.max_body_bytes,
             ),
             {
                 "name": "envoy.filters.http.router",

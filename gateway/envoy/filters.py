@@ -13,7 +13,12 @@ Two layouts (``specgate envoy-config --watch-share``):
   one round trip, and no response phase (Envoy ignores mode overrides there, so these
   answers cannot be watched). Each route disables the other route's filter. Neither
   filter is named ``envoy.filters.http.ext_proc``: Envoy would fall back to per-route
-  config under that extension name for both.
+  config under that extension name for both. On the one-trip route Envoy's buffer filter
+  takes the whole body first, as the watched path's BUFFERED mode does: the headers' answer
+  waits for the body's end there, and a slow upload would otherwise run out the filter's
+  message timeout (a 504 blamed on specgate). Its limit leaves room above
+  ``server.max_body_bytes`` (``BUFFER_SLACK``) so that specgate refuses a body over the
+  limit in OpenAI's form; one beyond the slack gets Envoy's own 413.
 
 Envoy draws the fraction from the stream's id, so a route matched again after a header
 mutation is the same route.
@@ -31,6 +36,8 @@ EXT_PROC = "envoy.filters.http.ext_proc"  # the one filter of the watched layout
 WATCHED_FILTER = "specgate.ext_proc.watched"  # the split layout's two filters
 ONE_TRIP_FILTER = "specgate.ext_proc.one_trip"
 WATCH_SHARE_KEY = "specgate.watch_share"  # Envoy runtime key: the share, in millionths
+BUFFER = "envoy.filters.http.buffer"
+BUFFER_SLACK = 1 << 20  # bytes the one-trip route's buffer takes beyond server.max_body_bytes
 _MILLION = 1_000_000
 
 _TYPE = "@type"
@@ -86,11 +93,18 @@ def ext_proc_filter(
     }
 
 
-def ext_proc_filters(*, fail_open: bool, message_timeout_s: float, split: bool) -> list[dict[str, Any]]:
-    """The layout's ext_proc filters, in chain order."""
+def ext_proc_filters(
+    *, fail_open: bool, message_timeout_s: float, split: bool, max_body_bytes: int
+) -> list[dict[str, Any]]:
+    """The layout's ext_proc filters (and the one-trip route's buffer), in chain order."""
     if not split:
         return [ext_proc_filter(fail_open=fail_open, message_timeout_s=message_timeout_s)]
+    limit = min(max_body_bytes + BUFFER_SLACK, 0xFFFFFFFF)
     return [
+        {
+            "name": BUFFER,
+            "typed_config": typed("extensions.filters.http.buffer.v3.Buffer", max_request_bytes=limit),
+        },
         ext_proc_filter(
             fail_open=fail_open, message_timeout_s=message_timeout_s, name=ONE_TRIP_FILTER, one_trip=True
         ),
@@ -98,9 +112,8 @@ def ext_proc_filters(*, fail_open: bool, message_timeout_s: float, split: bool) 
     ]
 
 
-def _without(route: dict[str, Any], filter_name: str) -> dict[str, Any]:
-    off = typed("extensions.filters.http.ext_proc.v3.ExtProcPerRoute", disabled=True)
-    return {**route, "typed_per_filter_config": {filter_name: off}}
+_OFF = typed("extensions.filters.http.ext_proc.v3.ExtProcPerRoute", disabled=True)
+_NO_BUFFER = typed("extensions.filters.http.buffer.v3.BufferPerRoute", disabled=True)
 
 
 def share_routes(route: dict[str, Any], watch_share: float | None) -> list[dict[str, Any]]:
@@ -114,5 +127,9 @@ def share_routes(route: dict[str, Any], watch_share: float | None) -> list[dict[
         "default_value": {"numerator": round(watch_share * _MILLION), "denominator": "MILLION"},
         "runtime_key": WATCH_SHARE_KEY,
     }
-    watched = _without({**route, "match": {**route["match"], "runtime_fraction": fraction}}, ONE_TRIP_FILTER)
-    return [watched, _without(route, WATCHED_FILTER)]
+    watched = {
+        **route,
+        "match": {**route["match"], "runtime_fraction": fraction},
+        "typed_per_filter_config": {BUFFER: _NO_BUFFER, ONE_TRIP_FILTER: _OFF},
+    }
+    return [watched, {**route, "typed_per_filter_config": {WATCHED_FILTER: _OFF}}]

@@ -42,7 +42,7 @@ from gateway.envoy.bootstrap import (
     envoy_config,
 )
 from gateway.envoy.cli_envoy_config import document
-from gateway.envoy.filters import EXT_PROC, ONE_TRIP_FILTER, WATCHED_FILTER
+from gateway.envoy.filters import BUFFER_SLACK, EXT_PROC, ONE_TRIP_FILTER, WATCHED_FILTER
 from tests.epp.envoy_proc import DYNAMIC_BASE_ID, ENVOY, Envoy, hcm, http_filter, needs_envoy, run_envoy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,10 +199,15 @@ def test_a_watch_share_splits_the_requests_between_a_watched_filter_and_a_one_tr
     names = [f["name"] for f in hcm(boot)["http_filters"]]
     assert names == [
         "envoy.filters.http.header_mutation",
+        "envoy.filters.http.buffer",
         ONE_TRIP_FILTER,
         WATCHED_FILTER,
         "envoy.filters.http.router",
     ]
+    # The one-trip route takes the whole body before asking specgate, with room above the limit
+    # for specgate's own (OpenAI-shaped) 413.
+    limit = config(TWO_PAIRS).server.max_body_bytes
+    assert http_filter(boot, "envoy.filters.http.buffer")["max_request_bytes"] == limit + BUFFER_SLACK
     # The watched path is the default layout's filter under another name.
     watched = http_filter(boot, WATCHED_FILTER)
     assert watched == http_filter(envoy_config(config(TWO_PAIRS), message_timeout_s=2.5), EXT_PROC)
@@ -220,10 +225,16 @@ def test_a_watch_share_splits_the_requests_between_a_watched_filter_and_a_one_tr
     fraction = first["match"].pop("runtime_fraction")
     assert fraction["default_value"] == {"numerator": 50_000, "denominator": "MILLION"}
     assert fraction["runtime_key"] == "specgate.watch_share"
-    for route, off in ((first, ONE_TRIP_FILTER), (rest, WATCHED_FILTER)):
-        (per,) = route.pop("typed_per_filter_config").items()
-        assert per[0] == off and per[1]["disabled"] is True
-        assert per[1]["@type"].endswith("ext_proc.v3.ExtProcPerRoute")
+    offs = {
+        "envoy.filters.http.buffer": "buffer.v3.BufferPerRoute",
+        ONE_TRIP_FILTER: "ext_proc.v3.ExtProcPerRoute",
+        WATCHED_FILTER: "ext_proc.v3.ExtProcPerRoute",
+    }
+    for route, off in ((first, {"envoy.filters.http.buffer", ONE_TRIP_FILTER}), (rest, {WATCHED_FILTER})):
+        per = route.pop("typed_per_filter_config")
+        assert set(per) == off
+        for name, c in per.items():
+            assert c["disabled"] is True and c["@type"].endswith(offs[name])
         assert route == whole  # otherwise the same route: retries, headers, body limit
 
 

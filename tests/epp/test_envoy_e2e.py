@@ -386,3 +386,30 @@ async def test_either_path_refuses_bad_requests_in_openai_form_before_any_engine
         assert app[STATE].inflight == 0
     spec, base = pair.engines
     assert await served(spec) == 0 and await served(base) == 0
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0], ids=["one-trip", "watched"])
+async def test_a_slow_upload_is_routed_on_either_path(
+    pair: EmulatorGroup, tmp_path: Path, share: float
+) -> None:
+    """A client that pauses mid-body for longer than the filter's message timeout: Envoy
+    takes the body before asking specgate on either path, so the pause is the client's and
+    the request is answered (on the one-trip path, without the buffer, the headers' answer
+    would wait for the body's end and Envoy would give up on specgate with a 504)."""
+    async with stack(epp_config(pair), tmp_path, watch_share=share, message_timeout_s=0.2) as (envoy, _):
+        body = json.dumps({"model": "qwen3-8b", "messages": MESSAGES, "max_tokens": 4}).encode()
+        resumed = asyncio.Event()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            yield body[:20]
+            # Longer than the message timeout: Envoy's own timer, no race with ours.
+            await asyncio.sleep(0.6)
+            resumed.set()
+            yield body[20:]
+
+        async with aiohttp.ClientSession() as s:
+            url = f"{envoy.url}/v1/chat/completions"
+            async with s.post(url, data=pieces(), headers={"content-type": "application/json"}) as r:
+                assert r.status == 200, await r.text()
+                assert (await r.json())["model"].startswith("qwen3-8b-")
+        assert resumed.is_set()

@@ -7,11 +7,15 @@ A day is one sample per policy per round; the spread of a ratio over rounds, and
 (``P#2`` ÷ ``P``) where a round ran a policy twice, show what a difference must exceed to be
 more than the order and the day's noise. Where the rounds ran a ratio's two policies in both
 orders, the ratio is also given per order and balanced (the geometric mean of the two orders'
-means), so that rounds unequal in number per order do not carry a slot effect into it.
+means), so that rounds unequal in number per order do not carry a slot effect into it. Each
+request ran in every slot (the same arrivals): adaptive's twins are also compared by the
+route adaptive gave them, the ones it left on plain showing the slots' own difference.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import math
 import sys
@@ -30,10 +34,39 @@ def load(folder: Path) -> dict[str, Any]:
     meta = doc.get("meta", {})
     return {
         "folder": folder.name,
+        "path": folder,
         "round": meta.get("round", 0),
         "order": meta.get("order", []),
         "tpot": tpot,
+        "t0": float(doc.get("t0", 0.0)),
     }
+
+
+def twins(day: dict[str, Any], a: str = "adaptive", b: str = "always-base") -> dict[str, tuple[int, float]]:
+    """The same arrivals through slots ``a`` and ``b`` (the folder's requests.csv[.gz]),
+    grouped by the route ``a`` gave them: per route, how many and Σ TPOT in ``a`` ÷ Σ TPOT in
+    ``b``. Where ``a`` ran its twins on the engine ``b`` pins, the ratio is the two slots'
+    own difference; on the other engine, the routing's effect times that difference."""
+    folder: Path = day["path"]
+    path = folder / "requests.csv.gz"
+    if not path.exists():
+        path = folder / "requests.csv"
+    if not path.exists():
+        return {}
+    opener = gzip.open if path.suffix == ".gz" else open
+    tpot: dict[str, dict[str, tuple[str, float]]] = {a: {}, b: {}}
+    with opener(path, "rt", encoding="utf-8", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["policy"] in tpot and r["tpot_s"] and float(r["arrival"]) >= day["t0"]:
+                tpot[r["policy"]][r["arrival"]] = (r["route"], float(r["tpot_s"]))
+    sums: dict[str, list[float]] = {}
+    for arrival, (route, x) in tpot[a].items():
+        if arrival in tpot[b]:
+            acc = sums.setdefault(route, [0.0, 0.0, 0.0])
+            acc[0] += 1
+            acc[1] += x
+            acc[2] += tpot[b][arrival][1]
+    return {route: (int(n), sa / sb) for route, (n, sa, sb) in sorted(sums.items()) if sb > 0}
 
 
 def pairs(days: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -111,6 +144,13 @@ def markdown(days: list[dict[str, Any]]) -> str:
         if "balanced" in c:
             line += f"; first {c['first']:.3f}, later {c['later']:.3f}, balanced {c['balanced']:.3f}"
         lines.append(line)
+    for d in sorted(days, key=lambda d: d["round"]):
+        tw = twins(d)
+        if tw:
+            cells = ", ".join(f"on {route} {ratio:.3f} ({n})" for route, (n, ratio) in tw.items())
+            lines.append(
+                f"- {d['folder']}: adaptive ÷ always-base over twin requests, by adaptive's route: {cells}"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -99,3 +99,30 @@ def test_the_t_interval_over_rounds_widens_with_their_spread_and_needs_two(round
     assert tight[1] - tight[0] < hi - lo
     same = rounds.t_interval([0.9, 0.9])
     assert same == pytest.approx((0.9, 0.9))
+
+
+def test_twin_requests_are_compared_by_the_route_adaptive_gave_them(
+    rounds: ModuleType, tmp_path: Path
+) -> None:
+    import gzip
+
+    folder = _day(tmp_path / "r0", 0, ["adaptive", "always-base"], {"adaptive": 8.0, "always-base": 9.0})
+    doc = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps({**doc, "t0": 5.0}))
+    lines = ["policy,arrival,route,reason,output_tokens,ttft_s,tpot_s,finished_at"]
+    for arrival, route, a, b in [
+        ("1.0", "spec", 0.001, 0.009),  # before t0: not counted
+        ("6.0", "spec", 0.008, 0.010),
+        ("7.0", "spec", 0.008, 0.010),
+        ("8.0", "base", 0.011, 0.010),
+        ("9.0", "base", "", 0.010),  # unfinished in adaptive's slot: no twin
+    ]:
+        lines.append(f"adaptive,{arrival},{route},r,4,0.1,{a},1")
+        lines.append(f"always-base,{arrival},base,pinned,4,0.1,{b},1")
+    with gzip.open(folder / "requests.csv.gz", "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    day = rounds.load(folder)
+    tw = rounds.twins(day)
+    assert tw["spec"] == (2, pytest.approx(0.8)) and tw["base"] == (1, pytest.approx(1.1))
+    assert "on base 1.100 (1), on spec 0.800 (2)" in rounds.markdown([day])
+    assert rounds.twins(rounds.load(_day(tmp_path / "r1", 1, [], {"adaptive": 1.0}))) == {}  # no csv

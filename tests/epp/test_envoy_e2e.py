@@ -13,6 +13,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,40 @@ def epp_config(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
     return gateway_config_for(group, **{"epp.enabled": True, "epp.port": 0, **overrides})
 
 
+@dataclass
+class Phases:
+    """What Envoy showed the EPP, per ext_proc stream of an inference request."""
+
+    deferred: list[bool] = field(default_factory=list)  # the body came without waiting
+    responses: int = 0  # response phases (headers) that reached the EPP
+
+
+def phases(app: Any) -> Phases:
+    """Count, from now on, how each request's body came and which responses reached the EPP."""
+    seen = Phases()
+    streams = app[EPP].open_stream
+
+    def counting(stream: Any) -> Any:
+        handler = streams(stream)
+        if isinstance(handler, extproc.ExtProcStream):
+            request, response = handler._request_headers, handler._response_headers
+
+            def request_headers(inc: Any) -> None:
+                request(inc)
+                seen.deferred.append(handler.deferred)
+
+            def response_headers(inc: Any) -> None:
+                seen.responses += 1
+                response(inc)
+
+            handler._request_headers = request_headers  # type: ignore[method-assign]
+            handler._response_headers = response_headers  # type: ignore[method-assign]
+        return handler
+
+    app[EPP].open_stream = counting
+    return seen
+
+
 @pytest.mark.parametrize("watched", [True, False], ids=["watched", "unwatched"])
 async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
     pair: EmulatorGroup, tmp_path: Path, watched: bool
@@ -93,22 +128,7 @@ async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
     adds the route headers from the EPP's metadata) alike."""
     cfg = epp_config(pair, **({} if watched else {"epp.observe_per_s": 0}))
     async with stack(cfg, tmp_path) as (envoy, app):
-        responses: list[int] = []
-        streams = app[EPP].open_stream
-
-        def counting(stream: Any) -> Any:
-            handler = streams(stream)
-            if isinstance(handler, extproc.ExtProcStream):
-                seen = handler._response_headers
-
-                def response_headers(inc: Any) -> None:
-                    responses.append(1)
-                    seen(inc)
-
-                handler._response_headers = response_headers  # type: ignore[method-assign]
-            return handler
-
-        app[EPP].open_stream = counting  # type: ignore[method-assign]
+        seen = phases(app)
         c = await client(envoy)
         try:
             for route in ("spec", "base", "auto"):
@@ -145,7 +165,7 @@ async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
         assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
         totals = {e.name: e.total_requests for e in st.engines}
         assert totals["spec0"] >= 2 and totals["base0"] >= 1
-        assert len(responses) == (4 if watched else 0)  # the response phases Envoy sent the EPP
+        assert seen.responses == (4 if watched else 0)  # the response phases Envoy sent the EPP
 
 
 async def test_min_p_and_logit_bias_never_reach_the_spec_engine(pair: EmulatorGroup, tmp_path: Path) -> None:
@@ -307,28 +327,7 @@ async def test_a_watch_share_sends_requests_down_one_path_or_the_other(
     headers' answer, and the response headers of what it watches. Either way the SDK gets
     the engine the EPP chose, with the route headers."""
     async with stack(epp_config(pair), tmp_path, watch_share=share) as (envoy, app):
-        modes: list[bool] = []  # per request: did the body come without waiting?
-        responses: list[int] = []
-        streams = app[EPP].open_stream
-
-        def counting(stream: Any) -> Any:
-            handler = streams(stream)
-            if isinstance(handler, extproc.ExtProcStream):
-                headers, seen = handler._request_headers, handler._response_headers
-
-                def request_headers(inc: Any) -> None:
-                    headers(inc)
-                    modes.append(handler.deferred)
-
-                def response_headers(inc: Any) -> None:
-                    responses.append(1)
-                    seen(inc)
-
-                handler._request_headers = request_headers  # type: ignore[method-assign]
-                handler._response_headers = response_headers  # type: ignore[method-assign]
-            return handler
-
-        app[EPP].open_stream = counting  # type: ignore[method-assign]
+        seen = phases(app)
         c = await client(envoy)
         try:
             for route, stream in (("spec", False), ("base", False), ("spec", True)):
@@ -347,8 +346,8 @@ async def test_a_watch_share_sends_requests_down_one_path_or_the_other(
                 assert models == {f"qwen3-8b-{route}"}
         finally:
             await c.close()
-        assert modes == [share == 0.0] * 3
-        assert len(responses) == (3 if share == 1.0 else 0)
+        assert seen.deferred == [share == 0.0] * 3
+        assert seen.responses == (3 if share == 1.0 else 0)
         st = app[STATE]
         assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
 

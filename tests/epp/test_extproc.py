@@ -494,6 +494,31 @@ async def test_an_unwatched_stream_cut_by_envoy_counts_as_a_client_disconnect(
         assert await _statuses(e) == {"499": 1}
 
 
+async def test_a_one_trip_stream_reset_once_answered_is_unobserved_not_a_disconnect(
+    pair_config: Callable[..., GatewayConfig],
+) -> None:
+    """STREAMED with the body sent without waiting: Envoy resets the stream as soon as it
+    has the answers (it sends nothing more there), so the reset after the routing is the
+    end of the EPP's part: counted unobserved, no error, the slot released. A reset before
+    the routing (the upload cut) counts nothing, as on the other paths."""
+    cfg = pair_config(**{"epp.enabled": True, "epp.port": 0})
+    async with running(cfg, _telemetry()) as e:
+        async with e.call() as c:
+            await c.send(request_headers(streamed=True, without_waiting=True))
+            await c.send(request_body(chat(temperature=0.0)))
+            assert [(await c.read()).kind for _ in range(2)] == ["request_headers", "request_body"]
+            assert e.state.inflight == 1
+            c.raw.cancel()  # Envoy's reset once the request is answered
+        assert await e.state.drain(TIMEOUT_S)
+        async with e.call() as c:
+            await c.send(request_headers(streamed=True, without_waiting=True))
+            await c.send(request_body(b'{"model": "qwen3-8b", "mess', eos=False))
+            c.raw.cancel()  # the upload cut before the body ended: nothing routed
+        assert await e.state.drain(TIMEOUT_S)
+        assert await _statuses(e) == {"unobserved": 1}
+        assert all(x.total_failures == 0 for x in e.state.engines)
+
+
 @pytest.fixture
 def tls_pair(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 'localhost' (openssl)."""

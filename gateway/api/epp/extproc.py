@@ -10,6 +10,10 @@ Envoy sends the request's headers, then its body; the EPP answers with the engin
   answered.
 - FULL_DUPLEX_STREAMED: as the last, and the body goes back in one piece.
 
+Where the body is sent without waiting in STREAMED mode (one round trip, no response phase),
+Envoy resets the stream once the request is answered: the EPP never sees such a response
+end, and releases the request's slot at routing.
+
 A bounded share of requests is *watched*: the answer to their headers asks Envoy for their
 response headers too (a mode override; the bootstrap ``specgate envoy-config`` writes skips
 them otherwise, and Envoy adds the route headers from the EPP's metadata). Envoy ignores the
@@ -74,6 +78,11 @@ class ExtProcStream:
     def full_duplex(self) -> bool:
         return self.body_mode == m.FULL_DUPLEX_STREAMED
 
+    @property
+    def one_trip(self) -> bool:
+        """STREAMED with the body sent without waiting: one round trip, no response phase."""
+        return self.deferred and not self.full_duplex
+
     # -- StreamHandler -----------------------------------------------------------------
     def on_message(self, message: bytes) -> None:
         try:
@@ -102,7 +111,11 @@ class ExtProcStream:
         self._close(aborted=False)
 
     def on_reset(self) -> None:
-        self._close(aborted=True)
+        # With the body sent without waiting (STREAMED), Envoy resets the stream as soon as
+        # the request is answered: it sends nothing more there, and the response's end is
+        # never shown. After the routing that is the end of the EPP's part, not a
+        # disconnect: the request is counted unobserved and its slot released here.
+        self._close(aborted=not (self.one_trip and self.picked is not None))
 
     @property
     def awaiting(self) -> bool:

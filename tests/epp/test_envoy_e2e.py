@@ -423,3 +423,38 @@ async def test_a_slow_upload_is_routed_on_either_path(
                 assert r.status == 200, await r.text()
                 assert (await r.json())["model"].startswith("qwen3-8b-")
         assert resumed.is_set()
+
+
+@pytest.mark.parametrize("body_mode", ["BUFFERED", "STREAMED", "FULL_DUPLEX_STREAMED"])
+async def test_how_long_a_request_holds_its_slot_depends_on_the_body_mode(
+    pair: EmulatorGroup, tmp_path: Path, body_mode: str
+) -> None:
+    """The generated bootstrap (BUFFERED) keeps the ext_proc stream to the answer's end, so
+    the request holds its slot while it streams, as in the proxy. Where the body is sent
+    without waiting, Envoy ends the stream early (STREAMED: once the request is answered;
+    full duplex: once the response headers are): the slot is gone mid-answer. None of them
+    is counted as an error."""
+    cfg = epp_config(pair, **{"epp.observe_per_s": 0})
+    edit = _body_mode(body_mode) if body_mode != "BUFFERED" else (lambda boot: boot)
+    async with stack(cfg, tmp_path, edit) as (envoy, app):
+        seen = phases(app)
+        c = await client(envoy)
+        try:
+            stream = await c.chat.completions.create(
+                model="qwen3-8b",
+                messages=MESSAGES,
+                max_tokens=4000,  # seconds of decoding: still streaming when the slot is read
+                temperature=0,
+                stream=True,
+                extra_headers={"x-specgate-route": "base"},
+            )
+            async for _chunk in stream:
+                break
+            assert app[STATE].inflight == (1 if body_mode == "BUFFERED" else 0)
+            await stream.close()  # the client goes: Envoy ends what is left
+        finally:
+            await c.close()
+        assert await app[STATE].drain(10.0)
+        # Unwatched, the answer's end and a client gone read alike (unobserved); in full
+        # duplex the response headers came: their status.
+        assert seen.finished == [(200, None) if body_mode == "FULL_DUPLEX_STREAMED" else (0, None)]

@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.api.epp.server import PROCESS_PATH
 from gateway.envoy import messages as m
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2stream import Stream
 
-PROCESS_PATH = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 _TAGS = {"route": "base", "reason": "null", "engine": "base0"}
 
 

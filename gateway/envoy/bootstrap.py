@@ -50,6 +50,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config.models import EngineConfig, GatewayConfig
+from gateway.envoy.accesslog import grpc_access_log
 from gateway.envoy.filters import (
     EPP_CLUSTER,
     LB_NAMESPACE,
@@ -72,6 +73,7 @@ EPP_CONNECT_TIMEOUT_S = 0.5
 # Envoy's default circuit breakers (1024 requests, 3 retries in flight per cluster) would cap
 # concurrent streams far below what the engines and specgate take; specgate limits load itself.
 CIRCUIT_LIMIT = 100_000
+ACCESS_LOG_FLUSH_S = 0.1  # how long Envoy batches the access log it streams to specgate
 
 # One JSON line per request on Envoy's stdout: what specgate picked, what served it.
 ACCESS_LOG_FORMAT = {
@@ -302,12 +304,15 @@ def envoy_config(
     admin_port: int | None = None,
     message_timeout_s: float = 10.0,
     watch_share: float | None = None,
+    access_log: bool = False,
 ) -> dict[str, Any]:
     """An Envoy bootstrap (dump it with ``yaml.safe_dump``) that fronts the engines of ``cfg``
     with specgate at ``epp_host:epp_port`` as Endpoint Picker. ``fail_open``: without an
     answer from specgate, requests go on to the plain engines (round robin) instead of
     failing with 500. ``watch_share``: the split layout (:mod:`.filters`), this share of
-    the requests on the watched path and the rest on one round trip. Raises ValueError
+    the requests on the watched path and the rest on one round trip. ``access_log``: Envoy
+    streams every request's access log entry to specgate, which then knows how each one
+    ended (:mod:`gateway.api.epp.endings`). Raises ValueError
     for what the config cannot express (an https engine, an engine url with a path, two
     engines on one address, a share outside [0, 1])."""
     _check_port("listen_port", listen_port, allow_zero=True)
@@ -354,7 +359,8 @@ def envoy_config(
                     "extensions.access_loggers.stream.v3.StdoutAccessLog",
                     log_format={"json_format": ACCESS_LOG_FORMAT},
                 ),
-            }
+            },
+            *([grpc_access_log(flush_s=ACCESS_LOG_FLUSH_S)] if access_log else []),
         ],
         route_config={
             "name": "specgate",

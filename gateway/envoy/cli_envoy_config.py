@@ -40,6 +40,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(the body sent without waiting for the headers' answer), never watched. Default: every "
         "request on the watched path",
     )
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="stream every request's access log entry to specgate (Envoy's gRPC access log, "
+        "batched for 0.1 s): specgate then counts each request's status and duration, and holds "
+        "its slot to the response's end, whatever the ext_proc mode showed it of the response "
+        "(default: only the watched answers' status is known)",
+    )
 
 
 def document(cfg: GatewayConfig, *, source: str, **options: Any) -> str:
@@ -67,6 +75,11 @@ def document(cfg: GatewayConfig, *, source: str, **options: Any) -> str:
             if (share := options.get("watch_share")) is not None
             else ""
         )
+        + (
+            "# Envoy streams its access log to specgate: every request's end reaches it.\n"
+            if options.get("access_log")
+            else ""
+        )
         + "# See deploy/envoy/README.md.\n"
     )
     return header + yaml.safe_dump(bootstrap, sort_keys=False)
@@ -88,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
             fail_open=args.fail_open,
             admin_port=args.admin_port,
             watch_share=args.watch_share,
+            access_log=args.access_log,
         )
     except (ConfigError, ValueError) as exc:
         print(f"specgate envoy-config: {exc}", file=sys.stderr)

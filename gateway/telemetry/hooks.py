@@ -44,8 +44,10 @@ class RequestTelemetry(Protocol):
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         error: str | None = None,
+        duration_s: float | None = None,
     ) -> None:
-        """Called exactly once per request, whatever happened."""
+        """Called exactly once per request, whatever happened (``duration_s``: its duration
+        as measured elsewhere, instead of the time since it started)."""
         ...
 
 
@@ -54,6 +56,11 @@ class Telemetry(Protocol):
         self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
     ) -> RequestTelemetry:
         """``headers`` are the incoming request headers (for trace context extraction)."""
+        ...
+
+    def access_log_entry(self, result: str) -> None:
+        """The EPP read Envoy's access log: ``matched``, ``unmatched``, ``missed`` or
+        ``undecodable`` (:mod:`gateway.api.epp.endings`)."""
         ...
 
 
@@ -85,6 +92,7 @@ class _NullRequest:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         error: str | None = None,
+        duration_s: float | None = None,
     ) -> None:
         return None
 
@@ -97,3 +105,6 @@ class NullTelemetry:
         self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
     ) -> RequestTelemetry:
         return _NULL_REQUEST
+
+    def access_log_entry(self, result: str) -> None:
+        return None

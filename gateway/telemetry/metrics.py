@@ -193,6 +193,16 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.access_log = _Labelled(
+            Counter(
+                "specgate_epp_access_log_entries",
+                "Envoy's access log at the Endpoint Picker, by result: matched (an entry of a request it "
+                "routed, finished from the entry), unmatched (an entry of no request it waits for) and "
+                "missed (a request whose entry did not come in time, finished without it) and undecodable.",
+                ["result"],
+                registry=r,
+            )
+        )
         self.scrapes = _Labelled(
             Counter(
                 "specgate_engine_scrapes",

@@ -89,6 +89,9 @@ class GatewayTelemetry:
     def exposition(self) -> bytes:
         return self.metrics.exposition()
 
+    def access_log_entry(self, result: str) -> None:
+        self.metrics.access_log.labels(result).inc()
+
     def start_request(
         self, model: str, endpoint: str, request_id: str, headers: Mapping[str, str]
     ) -> RequestTelemetry:
@@ -276,12 +279,16 @@ class _Request:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         error: str | None = None,
+        duration_s: float | None = None,
     ) -> None:
+        """The request is over: count it. ``duration_s``: its duration as measured elsewhere
+        (Envoy's access log, which reaches the EPP after the request's end), instead of the
+        time since it started."""
         if self._done:
             return
         self._done = True
         try:
-            self._finish(status, prompt_tokens, completion_tokens, error)
+            self._finish(status, prompt_tokens, completion_tokens, error, duration_s)
         except Exception:  # pragma: no cover
             log.exception("telemetry finished() failed")
 
@@ -299,7 +306,12 @@ class _Request:
             span.end()
 
     def _finish(
-        self, status: int, prompt_tokens: int | None, completion_tokens: int | None, error: str | None
+        self,
+        status: int,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        error: str | None,
+        duration_s: float | None = None,
     ) -> None:
         tel, m = self.tel, self.tel.metrics
         now = tel.clock()
@@ -307,7 +319,7 @@ class _Request:
         self._end_attempt(None if ok else m.error(error or f"status_{status // 100}xx"))
         route = self._route
         m.requests.labels(self.model, self.endpoint, route, self._reason, _status_label(status)).inc()
-        duration = max(now - self._t0, 0.0)
+        duration = max(now - self._t0 if duration_s is None else duration_s, 0.0)
         m.e2e.labels(self.model, route).observe(duration)
         ttft = tpot = None
         if ok and self._t_first is not None:
@@ -338,7 +350,11 @@ class _Request:
                 span.set_attribute("error.type", err)
                 span.set_status(Status(StatusCode.ERROR, err))
             trace_id = f"{span.get_span_context().trace_id:032x}"
-            span.end()
+            start_ns = getattr(span, "start_time", None)
+            if duration_s is not None and isinstance(start_ns, int):
+                span.end(end_time=start_ns + int(duration * 1e9))
+            else:
+                span.end()
         if tel.config.access_log and logs.access_log.isEnabledFor(logging.INFO):
             logs.emit(
                 {

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from gateway.envoy.protowire import FIXED64, LEN, VARINT, fields, ld, struct_bytes, struct_value, uint
+from gateway.envoy.protowire import FIXED64, LEN, VARINT, fields, ld, struct_bytes, struct_value, uint, varint
 
 PROCESS = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 _PHASES = (
@@ -171,3 +171,54 @@ def parse_response(message: bytes) -> Response:
 def process_call(channel: grpc.aio.Channel) -> Any:
     """A raw ``ExternalProcessor/Process`` call (messages as bytes)."""
     return channel.stream_stream(PROCESS, request_serializer=None, response_deserializer=None)()
+
+
+# -- the access log (Envoy → EPP) -------------------------------------------------------------
+
+ACCESS_LOG = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
+
+
+def _ld(field: int, payload: bytes) -> bytes:  # any field number (ld's are below 16)
+    return varint(field << 3 | LEN) + varint(len(payload)) + payload
+
+
+def _uint(field: int, value: int) -> bytes:
+    return varint(field << 3 | VARINT) + varint(value)
+
+
+def _duration(seconds: float) -> bytes:
+    whole = int(seconds)
+    return uint(1, whole) + uint(2, round((seconds - whole) * 1e9))
+
+
+def log_entry(
+    request_id: str,
+    status: int = 200,
+    upstream: str = "",
+    *,
+    duration_s: float = 0.25,
+    flags: tuple[int, ...] = (),
+    details: str = "via_upstream",
+    intermediate: bool = False,
+) -> bytes:
+    """An ``HTTPAccessLogEntry``: ``flags`` are ResponseFlags' field numbers set."""
+    common = ld(12, _duration(duration_s))
+    if upstream:
+        host, _, port = upstream.rpartition(":")
+        common += ld(13, ld(1, ld(2, host.encode()) + uint(3, int(port))))
+    if flags:
+        common += _ld(16, b"".join(_uint(f, 1) for f in flags))
+    common += _uint(33, 5 if intermediate else 6)  # access_log_type: DownstreamPeriodic, DownstreamEnd
+    response = (ld(1, uint(1, status)) if status else b"") + ld(6, details.encode())
+    return ld(1, common) + ld(3, ld(9, request_id.encode())) + ld(4, response)
+
+
+def access_log_message(*entries: bytes, identifier: bool = False) -> bytes:
+    """A ``StreamAccessLogsMessage`` (``identifier``: with the log name, as Envoy's first)."""
+    head = ld(1, ld(2, b"specgate")) if identifier else b""
+    return head + (ld(2, b"".join(ld(1, e) for e in entries)) if entries else b"")
+
+
+def access_log_call(channel: grpc.aio.Channel) -> Any:
+    """A raw ``AccessLogService/StreamAccessLogs`` call (messages as bytes)."""
+    return channel.stream_unary(ACCESS_LOG, request_serializer=None, response_deserializer=None)()

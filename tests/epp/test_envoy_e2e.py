@@ -114,9 +114,9 @@ def phases(app: Any) -> Phases:
                 seen.responses += 1
                 response(inc)
 
-            def finished(p: Any, status: int, pt: Any, ct: Any, error: str | None) -> None:
+            def finished(p: Any, status: int, pt: Any, ct: Any, error: str | None, **kw: Any) -> None:
                 seen.finished.append((status, error))
-                fin(p, status, pt, ct, error)
+                fin(p, status, pt, ct, error, **kw)
 
             fin = handler._finished
             handler._finished = finished  # type: ignore[method-assign]

@@ -29,15 +29,18 @@ duplex mode Envoy honours no mode override: its config must send the response he
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
 from gateway.api.body import check_content_encoding, decoded, parse_body, parse_inline
+from gateway.api.epp.endings import GRACE_S
 from gateway.api.epp.observe import Observed
 from gateway.api.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
 from gateway.api.learning import SampleBudget, learn_with_lookup, observe, wants_lookup
 from gateway.envoy import messages as m
+from gateway.envoy.accesslog import LogEntry
 from gateway.envoy.protowire import ProtoError
 from gateway.wire.errors import ApiError
 from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, request_id
@@ -48,6 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Envoy's response flags that say the engine failed the request (the engine's health)
+_ENGINE_ERRORS = frozenset(
+    {"upstream_reset", "upstream_timeout", "upstream_unavailable", "upstream_protocol_error"}
+)
 _INLINE_BYTES = 256 * 1024  # larger (or encoded) bodies are decoded and parsed off the loop
 
 
@@ -73,6 +80,10 @@ class ExtProcStream:
         self.error: str | None = None
         self.closed = False
         self.model_label = "unknown"  # the telemetry label of a refused request
+        # Envoy's access log tells how the request ended (:mod:`gateway.api.epp.endings`)
+        self.expecting = False
+        self.entry: LogEntry | None = None  # its entry, when it came before the stream's end
+        self._aborted = False
 
     @property
     def full_duplex(self) -> bool:
@@ -243,6 +254,7 @@ class ExtProcStream:
             self._refuse(exc)
             return
         self.picked = p
+        self.expecting = self.server.endings.expect(p.rid, self)
         new_body = p.body if p.body is not None else (raw if decoded_body else None)
         headers = p.set_headers
         tags = {"route": p.decision.route.value, "reason": str(p.decision.reason), "engine": p.engine.name}
@@ -322,6 +334,10 @@ class ExtProcStream:
             p.tel.first_token()
 
     # -- the end ------------------------------------------------------------------------
+    @property
+    def endpoints(self) -> str:
+        return self.picked.endpoints if self.picked is not None else ""
+
     def _close(self, *, aborted: bool) -> None:
         if self.closed:
             return
@@ -329,6 +345,64 @@ class ExtProcStream:
         p, obs = self.picked, self.observed
         if p is None:
             return
+        if self.expecting:
+            # The response goes on after the stream where the body went without waiting: one
+            # trip (Envoy resets the stream once the request is answered) and full duplex
+            # (ended, or reset, once the response headers came).
+            running = self.deferred and (not aborted or obs is not None)
+            known = obs is not None and obs.status != 0
+            if running or not known:
+                if self.entry is not None:  # the access log came first
+                    self._logged_end(self.entry)
+                    return
+                if not running:
+                    p.release()
+                due = p.started + p.model.config.timeouts.total_s if running else time.monotonic() + GRACE_S
+                self._aborted = aborted
+                self.server.endings.wait(p.rid, self, due)
+                return
+            self.server.endings.forget(p.rid, self)
+        self._stream_end(aborted)
+
+    def logged(self, entry: LogEntry) -> None:
+        """Envoy's access log entry for this request (:mod:`gateway.api.epp.endings`)."""
+        if self.closed:
+            self._logged_end(entry)
+        else:  # the stream ends later: its end reads the entry
+            self.entry = entry
+
+    def missed(self) -> None:
+        """The access log did not tell how this request ended: finished without it."""
+        self._stream_end(self._aborted)
+
+    def _logged_end(self, entry: LogEntry) -> None:
+        p, obs = self.picked, self.observed
+        assert p is not None
+        if entry.upstream:
+            engine = self.server.book.engine_at(entry.upstream)
+            if engine is not None and engine is not p.engine:
+                p.move_to(engine)
+        p.release()
+        status, error = entry.status, entry.error
+        if error == "client_disconnected":
+            status = 499
+        elif status == 0:  # reset before any response
+            status, error = 502, error or "upstream_reset"
+        elif error is None and status >= 400:
+            error = f"status_{status}"
+        if obs is None and entry.upstream:  # the engine's health, as the watched answers tell it
+            if entry.details == "via_upstream" and status >= 500:
+                p.engine.record_failure(f"status_{status}")
+            elif error in _ENGINE_ERRORS:
+                p.engine.record_failure(error)
+            elif status < 500:
+                p.engine.record_success()
+        self._finished(p, status, None, None, error, duration_s=entry.duration_s)
+
+    def _stream_end(self, aborted: bool) -> None:
+        """Finish the request from what its ext_proc stream showed."""
+        p, obs = self.picked, self.observed
+        assert p is not None
         p.release()
         status, error = (obs.status if obs is not None else 0), None
         if status:
@@ -365,11 +439,21 @@ class ExtProcStream:
 
     @staticmethod
     def _finished(
-        p: Picked, status: int, prompt_tokens: int | None, completion_tokens: int | None, error: str | None
+        p: Picked,
+        status: int,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        error: str | None,
+        *,
+        duration_s: float | None = None,
     ) -> None:
         try:
             p.tel.finished(
-                status, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, error=error
+                status,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                error=error,
+                duration_s=duration_s,
             )
         except Exception:
             log.exception("telemetry finished failed")

@@ -2,7 +2,9 @@
 
 ``epp.enabled`` adds, beside the HTTP port, an HTTP/2 listener serving two gRPC methods:
 ``envoy.service.ext_proc.v3.ExternalProcessor/Process`` (:mod:`gateway.api.epp.extproc`)
-and ``grpc.health.v1.Health/Check`` (:mod:`gateway.envoy.health`). It shares the gateway's
+and ``grpc.health.v1.Health/Check`` (:mod:`gateway.envoy.health`), and takes Envoy's access
+log, ``envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs``
+(:mod:`gateway.api.epp.endings`). It shares the gateway's
 state: the same models, policies, scrapers, health checks, metrics, admin state and peer
 channel as the proxy, so a request decided here is counted and learned from as one the
 proxy relayed. It starts after the gateway's own start-up and stops before its cleanup;
@@ -20,10 +22,12 @@ import time
 
 from aiohttp import web
 
+from gateway.api.epp.endings import AccessLogStream, Endings
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
+from gateway.envoy.accesslog import PATH as ACCESS_LOG_PATH
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.health import PATH as HEALTH_PATH
@@ -48,6 +52,7 @@ class EppServer:
         # sampling budgets together, decided before the body names the model.
         self._watch = budget(self.config.observe_per_s * max(1, len(state.models)))
         self.port: int | None = None
+        self.endings = Endings(state.telemetry.access_log_entry)
 
     # -- services ---------------------------------------------------------------------
     def open_stream(self, stream: Stream) -> StreamHandler | None:
@@ -55,6 +60,8 @@ class EppServer:
             return ExtProcStream(self, stream)
         if stream.path == HEALTH_PATH:
             return HealthCheck(stream, self.ready)
+        if stream.path == ACCESS_LOG_PATH:
+            return AccessLogStream(self.endings, stream)
         return None
 
     def ready(self) -> bool:
@@ -119,7 +126,8 @@ class EppServer:
     async def _sweep(self) -> None:
         """Once a second: end the streams that owe a message and sent none for
         ``message_timeout_s``; release the slots held past their model's ``total_s``; close
-        connections idle (no stream) past ``idle_timeout_s``."""
+        connections idle (no stream) past ``idle_timeout_s``; finish the requests whose access
+        log entry is overdue."""
         cfg = self.config
         while True:
             await asyncio.sleep(_SWEEP_S)
@@ -131,6 +139,7 @@ class EppServer:
                         stream.handler.overdue(now)
                 if not conn.streams and now - conn.last_activity > cfg.idle_timeout_s:
                     conn.shutdown()
+            self.endings.expire(now)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         for t in self._tasks:

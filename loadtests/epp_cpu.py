@@ -157,7 +157,8 @@ async def run(args: argparse.Namespace) -> tuple[float, float]:
             assert transport.out, "the answers were not written on the request's read"
         for f in frames[1:]:
             conn.data_received(f)
-        if batch and len(pending) == batch:  # the batch Envoy flushes: each entry ends its request
+        last = i == args.warmup + args.requests - 1
+        if pending and (len(pending) == batch or last):  # Envoy's batch: each entry ends its request
             logs = _message(ld(2, b"".join(ld(1, e) for e in pending)))
             for at in range(0, len(logs), 16_384):  # HTTP/2's default largest frame
                 conn.data_received(h2wire._frame(h2wire.DATA, 0, 1, logs[at : at + 16_384]))

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.envoy.messages import WANTED
+
 LB_NAMESPACE = "envoy.lb"
 # specgate's own dynamic metadata (its route and reason), for the access log.
 SPECGATE_NAMESPACE = "specgate"
@@ -83,6 +85,9 @@ def ext_proc_filter(
             },
             **one,
             message_timeout=duration(message_timeout_s),
+            # Only the headers specgate reads leave Envoy: less for both to encode and parse,
+            # and nothing of the client's it has no use for.
+            forward_rules={"allowed_headers": {"patterns": [{"exact": h} for h in sorted(WANTED)]}},
             metadata_options={
                 # specgate's pick comes back as envoy.lb metadata (Envoy drops namespaces not
                 # listed here), its route and reason as specgate metadata; the engine that

@@ -93,6 +93,7 @@ class Phases:
     deferred: list[bool] = field(default_factory=list)  # the body came without waiting
     responses: int = 0  # response phases (headers) that reached the EPP
     finished: list[tuple[int, str | None]] = field(default_factory=list)  # (status, error) counted
+    messages: list[bytes] = field(default_factory=list)  # every ProcessingRequest, as Envoy sent it
 
 
 def phases(app: Any) -> Phases:
@@ -118,8 +119,13 @@ def phases(app: Any) -> Phases:
                 seen.finished.append((status, error))
                 fin(p, status, pt, ct, error, **kw)
 
-            fin = handler._finished
+            def on_message(message: bytes) -> None:
+                seen.messages.append(message)
+                receive(message)
+
+            fin, receive = handler._finished, handler.on_message
             handler._finished = finished  # type: ignore[method-assign]
+            handler.on_message = on_message  # type: ignore[method-assign]
             handler._request_headers = request_headers  # type: ignore[method-assign]
             handler._response_headers = response_headers  # type: ignore[method-assign]
         return handler
@@ -174,6 +180,10 @@ async def test_the_sdk_gets_answers_from_the_engine_the_epp_chose(
         totals = {e.name: e.total_requests for e in st.engines}
         assert totals["spec0"] >= 2 and totals["base0"] >= 1
         assert seen.responses == (4 if watched else 0)  # the response phases Envoy sent the EPP
+        # Only the headers specgate reads leave Envoy (forward_rules): not the SDK's own.
+        sent = b"".join(seen.messages)
+        assert b"x-specgate-route" in sent and b":path" in sent
+        assert b"x-stainless" not in sent and b"user-agent" not in sent
 
 
 async def test_min_p_and_logit_bias_never_reach_the_spec_engine(pair: EmulatorGroup, tmp_path: Path) -> None:

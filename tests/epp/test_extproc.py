@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.app import build_app
-from gateway.api.epp import extproc
+from gateway.api.epp import finish
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
@@ -297,8 +297,8 @@ async def test_a_sampled_answer_is_read_and_teaches_the_policy(
     async def record_lookup(model: Any, features: Any, decision: Any, obs: Any, *a: Any, **kw: Any) -> None:
         record(model, features, decision, obs)
 
-    monkeypatch.setattr(extproc, "observe", record)
-    monkeypatch.setattr(extproc, "learn_with_lookup", record_lookup)
+    monkeypatch.setattr(finish, "observe", record)
+    monkeypatch.setattr(finish, "learn_with_lookup", record_lookup)
     events = [
         {"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hello", " there", " friend")
     ] + [{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}]

@@ -12,7 +12,8 @@ Envoy sends the request's headers, then its body; the EPP answers with the engin
 
 Where the body is sent without waiting in STREAMED mode (one round trip, no response phase),
 Envoy resets the stream once the request is answered: the EPP never sees such a response
-end, and releases the request's slot at routing.
+end, and releases the request's slot at routing, unless Envoy's access log tells it the end
+(:mod:`gateway.api.epp.finish`).
 
 A bounded share of requests is *watched*: the answer to their headers asks Envoy for their
 response headers too (a mode override; the bootstrap ``specgate envoy-config`` writes skips
@@ -20,8 +21,9 @@ them otherwise, and Envoy adds the route headers from the EPP's metadata). Envoy
 override where the body is sent without waiting for the headers' answer: there only the
 filter's own modes say whether the response phase comes. A watched response's status, the engine that
 served it and, for a sampled few, its body chunk by chunk (:mod:`gateway.api.epp.observe`)
-come to the EPP. Envoy ends the stream when the response ends: the request then releases
-its slots, reports its telemetry and, when its body was read, teaches the policy. In full
+come to the EPP. Envoy ends the stream when the response ends: the request is then finished
+(:mod:`gateway.api.epp.finish`: its slots released, its telemetry reported and, when its
+body was read, the policy taught). In full
 duplex mode Envoy honours no mode override: its config must send the response headers
 (Envoy ends the stream only after them).
 """

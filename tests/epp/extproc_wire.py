@@ -178,11 +178,11 @@ def process_call(channel: grpc.aio.Channel) -> Any:
 ACCESS_LOG = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
 
 
-def _ld(field: int, payload: bytes) -> bytes:  # any field number (ld's are below 16)
+def any_ld(field: int, payload: bytes) -> bytes:  # any field number (ld's are below 16)
     return varint(field << 3 | LEN) + varint(len(payload)) + payload
 
 
-def _uint(field: int, value: int) -> bytes:
+def any_uint(field: int, value: int) -> bytes:
     return varint(field << 3 | VARINT) + varint(value)
 
 
@@ -207,8 +207,8 @@ def log_entry(
         host, _, port = upstream.rpartition(":")
         common += ld(13, ld(1, ld(2, host.encode()) + uint(3, int(port))))
     if flags:
-        common += _ld(16, b"".join(_uint(f, 1) for f in flags))
-    common += _uint(33, 5 if intermediate else 6)  # access_log_type: DownstreamPeriodic, DownstreamEnd
+        common += any_ld(16, b"".join(any_uint(f, 1) for f in flags))
+    common += any_uint(33, 5 if intermediate else 6)  # access_log_type: DownstreamPeriodic, DownstreamEnd
     response = (ld(1, uint(1, status)) if status else b"") + ld(6, details.encode())
     return ld(1, common) + ld(3, ld(9, request_id.encode())) + ld(4, response)
 

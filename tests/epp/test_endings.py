@@ -13,16 +13,20 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.epp.endings import Endings
 from gateway.api.epp.server import EPP
 from gateway.config import GatewayConfig
-from gateway.envoy.accesslog import LogEntry, parse_logs
+from gateway.envoy.accesslog import LogEntry, parse_entry, parse_logs, split_logs
 from gateway.envoy.protowire import ProtoError
 from tests.epp.extproc_wire import (
     access_log_call,
     access_log_message,
+    any_ld,
+    any_uint,
     log_entry,
     request_body,
     request_headers,
@@ -64,6 +68,34 @@ def test_flags_name_what_ended_a_request_and_garbage_is_refused() -> None:
     assert entries[3].intermediate and entries[0].duration_s == pytest.approx(0.25)
     with pytest.raises(ProtoError):
         parse_logs(b"\x12\xff\x01abc")  # a length beyond the message
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=12),
+            st.builds(lambda f, b: any_ld(f, b), st.integers(1, 40), st.binary(max_size=200)),
+            st.builds(lambda f, v: any_uint(f, v), st.integers(1, 40), st.integers(0, 1 << 40)),
+            st.sampled_from([bytes.fromhex(c["hex"]) for c in GOLDEN["messages"]]),
+        ),
+        max_size=6,
+    ).map(b"".join)
+)
+def test_the_entry_reader_reads_any_bytes_or_refuses_them(data: bytes) -> None:
+    """Whatever Envoy (or anything on the EPP's port) sends: entries read as the general
+    field reader sees the message, or a ProtoError, never another exception."""
+    try:
+        raws = split_logs(data)
+    except ProtoError:
+        return
+    for raw in raws:
+        try:
+            entry = parse_entry(raw)
+        except ProtoError:
+            continue
+        assert isinstance(entry.request_id, str) and isinstance(entry.status, int)
+        assert entry.duration_s is None or entry.duration_s >= 0
 
 
 @dataclass(eq=False)  # told apart by identity, as the EPP's streams are

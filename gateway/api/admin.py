@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from gateway.advisor.report import advice_dict, measured_dict
 from gateway.api.auth import check_admin
+from gateway.api.epp.server import EPP
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
 from gateway.routing.steptime import get_step_model
@@ -36,6 +37,9 @@ async def state(request: web.Request) -> web.Response:
     }
     if st.peers is not None:
         body["peers"] = st.peers.state()
+    epp = request.app.get(EPP)
+    if epp is not None:
+        body["epp"] = epp.admin_state()
     return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
 
 

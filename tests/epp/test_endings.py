@@ -222,6 +222,9 @@ async def test_the_access_log_ends_a_one_trip_request_with_its_status_and_engine
         await turns.until(lambda: len(ends._deadlines) == 3)
         # The stream is over, the answers are not: the slots stay held.
         assert epp.inflight == 3
+        async with aiohttp.ClientSession() as session, session.get(f"{e.http}/admin/state") as resp:
+            state = await resp.json()
+        assert state["epp"]["access_log"] == {"streams": 1, "expected": 3, "stream_ended": 3}
         base = e.addr["base0"]
         spec = e.addr["spec0"]
         await log.write(

@@ -79,6 +79,11 @@ class Endings:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def waiting(self) -> int:
+        """Requests expected whose ext_proc stream has ended."""
+        return len(self._deadlines)
+
     def expect(self, rid: str, ending: Ending) -> bool:
         """Wait for ``rid``'s entry, if an access log is streamed here (and the bound allows)."""
         if not self.streams or not rid or self._size >= self._limit:

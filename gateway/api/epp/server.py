@@ -76,6 +76,16 @@ class EppServer:
             for mrt in st.models.values()
         )
 
+    def admin_state(self) -> dict[str, object]:
+        """For ``/admin/state``: Envoy's connections, and its access log (streams open,
+        requests expected in it, those of them whose ext_proc stream already ended)."""
+        e = self.endings
+        return {
+            "port": self.port,
+            "connections": len(self.connections),
+            "access_log": {"streams": e.streams, "expected": len(e), "stream_ended": e.waiting},
+        }
+
     def watch(self) -> bool:
         """Whether to ask for this request's response headers (its status, the engine that
         served it, and a chance of its body being read)."""

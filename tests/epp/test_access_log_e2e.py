@@ -91,6 +91,13 @@ async def test_with_the_access_log_a_request_holds_its_slot_to_the_end_and_count
             # unobserved, but in full duplex (its response headers came)
             first = 200 if body_mode == "FULL_DUPLEX_STREAMED" else 0
             assert seen.finished == [(first, None), (200, None)]
+            # An id specgate does not keep (not [A-Za-z0-9._:-]) is replaced on the request:
+            # Envoy logs the replacement, and the entry still finds its request.
+            await c.chat.completions.create(
+                model="qwen3-8b", messages=MESSAGES, max_tokens=4, extra_headers={"x-request-id": "a b/c"}
+            )
+            await entries.until(3)
+            assert seen.finished[-1] == (200, None)
 
             cut = await c.chat.completions.create(
                 model="qwen3-8b",
@@ -104,10 +111,10 @@ async def test_with_the_access_log_a_request_holds_its_slot_to_the_end_and_count
                 break
             assert app[STATE].inflight == 1
             await cut.close()
-            await entries.until(3)
+            await entries.until(4)
         finally:
             await c.close()
         assert await app[STATE].drain(10.0)
-        assert seen.finished[1:] == [(200, None), (499, "client_disconnected")]
+        assert seen.finished[1:] == [(200, None), (200, None), (499, "client_disconnected")]
         engine = app[STATE].models["qwen3-8b"].engines
         assert all(e.inflight == 0 for e in engine.values())

@@ -110,6 +110,14 @@ class TrafficMix:
         self._key = key
         self._updates = 0
 
+    def cached(self, live_ratio: float, knowledge: Hashable) -> MixPrice | None:
+        """What :meth:`priced` returns now, if it is memoised (the mix, the live ratio and
+        ``knowledge`` unchanged since): the caller need not build its pricer."""
+        c = self._cache
+        if c is not None and c[0] == self._version and c[1] == (live_ratio, knowledge):
+            return c[2]
+        return None
+
     def priced(self, price: Pricer, live_ratio: float, knowledge: Hashable) -> MixPrice:
         """The mix priced entry by entry by ``price``; memoised until the mix, the live ratio
         or ``knowledge`` (a token that changes whenever ``price`` would) changes. Entries
@@ -173,23 +181,21 @@ def change_point(
     best, at = z * z, 0
     floor = _SD_FLOOR * _SD_FLOOR
     dof = 1.0 / (n - 2)
-    sb = sb2 = 0.0
+    sb = 0.0
     for x in tail[hi - lo + 1 :]:  # the newest CHANGE_MIN - 1: no split among them
         sb += x
-        sb2 += x * x
-    for i in range(hi, lo - 1, -1):  # the split xs[:i] | xs[i:]
-        x = tail[i - lo]
+    i = hi
+    for x in reversed(tail[: hi - lo + 1]):  # the split xs[:i] | xs[i:], i from hi down to lo
         sb += x
-        sb2 += x * x
-        a, b = i, n - i
-        sa = total - sb
-        ma, mb = sa / a, sb / b
-        ss = total_sq - a * ma * ma - b * mb * mb  # both sides' sums of squared deviations
-        var = ss * dof
+        b = n - i
+        ma = (total - sb) / i
+        mb = sb / b
+        var = (total_sq - i * ma * ma - b * mb * mb) * dof  # both sides' squared deviations
         if var < floor:
             var = floor
         d = ma - mb
-        t2 = d * d / (var * (1.0 / a + 1.0 / b))
+        t2 = d * d / (var * (1.0 / i + 1.0 / b))
         if t2 > best or (t2 == best and at):  # ties: the oldest split, as read from the start
             best, at = t2, i
+        i -= 1
     return at

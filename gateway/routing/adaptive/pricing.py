@@ -94,9 +94,13 @@ class RegimePricing:
     def _mix_price(self) -> MixPrice:
         """The recent traffic priced with what is known now (:mod:`.mix`): per class, the
         learned E and verified tokens blended with each request's prior."""
+        ngram = self.method in NGRAM_METHODS
+        knowledge = (self.learner.version, self.draft_learner.version, ngram)
+        hit = self.mix.cached(self.live.ratio, knowledge)
+        if hit is not None:  # most calls of a decision: priced already
+            return hit
         now = self.live.last_update
         learned: dict[tuple[str, int], tuple[float, float, float, float]] = {}
-        ngram = self.method in NGRAM_METHODS
 
         def price(m: MixEntry) -> tuple[float, float]:
             c = learned.get(m.klass)
@@ -108,7 +112,6 @@ class RegimePricing:
             w, e, wq, q = c
             return (1.0 - w) * m.prior_tokens_per_step + w * e, (1.0 - wq) * m.prior_verified + wq * q
 
-        knowledge = (self.learner.version, self.draft_learner.version, ngram)
         return self.mix.priced(price, self.live.ratio, knowledge)
 
     def _noise(self, costs: RegimeCosts) -> float:

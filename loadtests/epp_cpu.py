@@ -76,6 +76,9 @@ class _Transport:
     def is_closing(self) -> bool:
         return False
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
 
 def _message(payload: bytes) -> bytes:
     return b"\x00" + len(payload).to_bytes(4, "big") + payload

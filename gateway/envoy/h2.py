@@ -123,11 +123,15 @@ class H2Connection(asyncio.Protocol):
         self.closed = False
         self.last_activity = time.monotonic()
         self.done: asyncio.Future[None] | None = None  # set when the connection is lost
+        self.peer_host = ""  # the peer's address (which Envoy this is), where known
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.done = asyncio.get_running_loop().create_future()
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+            self.peer_host = peer[0]
         settings = {
             MAX_CONCURRENT_STREAMS: self.max_streams,
             INITIAL_WINDOW_SIZE: RECV_WINDOW,

@@ -123,24 +123,38 @@ def _endings() -> tuple[Endings, list[str]]:
 def test_requests_are_expected_only_while_an_access_log_streams() -> None:
     endings, counted = _endings()
     r = Req()
-    assert not endings.expect("a", r)  # no access log: finished without it
-    endings.streams = 1
-    assert endings.expect("a", r) and len(endings) == 1
+    assert not endings.expect("a", r, "envoy-a")  # no access log: finished without it
+    endings.opened("envoy-a")
+    assert endings.expect("a", r, "envoy-a") and len(endings) == 1
     endings.deliver([_entry("a", intermediate=True)])  # a long stream's periodic entry: not its end
     assert r.got == []
     endings.deliver([_entry("a"), _entry("zzz")])
     assert [e.request_id for e in r.got] == ["a"] and len(endings) == 0
     assert counted == ["matched", "unmatched"]
     # bounded: beyond the limit, requests are finished without the log
-    assert [endings.expect(str(i), Req()) for i in range(4)] == [True, True, True, False]
+    assert [endings.expect(str(i), Req(), "envoy-a") for i in range(4)] == [True, True, True, False]
+
+
+def test_only_the_requests_of_an_envoy_that_sends_its_log_are_expected() -> None:
+    """Envoys are told apart by their address: one that sends no access log (configured
+    without it) has its requests finished as without the log, not held for total_s."""
+    endings, _ = _endings()
+    endings.opened("10.0.0.7")
+    endings.opened("10.0.0.7")  # a second worker of the same Envoy
+    assert endings.expect("a", Req(), "10.0.0.7")
+    assert not endings.expect("b", Req(), "10.0.0.8")
+    endings.closed("10.0.0.7")
+    assert endings.live and endings.streams == 1
+    endings.closed("10.0.0.7")
+    assert not endings.live and not endings.expect("c", Req(), "10.0.0.7")
 
 
 def test_one_id_twice_is_told_apart_by_the_engine_that_served() -> None:
     endings, _ = _endings()
-    endings.streams = 1
+    endings.opened("envoy-a")
     first, second = Req("10.0.0.1:8000"), Req("10.0.0.2:8000,10.0.0.1:8000")
-    endings.expect("same", first)
-    endings.expect("same", second)
+    endings.expect("same", first, "envoy-a")
+    endings.expect("same", second, "envoy-a")
     endings.deliver([_entry("same", "10.0.0.2:8000")])
     assert (first.got, len(second.got)) == ([], 1)
     endings.deliver([_entry("same")])  # no engine named: the oldest
@@ -149,10 +163,10 @@ def test_one_id_twice_is_told_apart_by_the_engine_that_served() -> None:
 
 def test_a_request_whose_entry_is_overdue_is_finished_without_it_once() -> None:
     endings, counted = _endings()
-    endings.streams = 1
+    endings.opened("envoy-a")
     late, kept = Req(), Req()
-    endings.expect("late", late)
-    endings.expect("kept", kept)
+    endings.expect("late", late, "envoy-a")
+    endings.expect("kept", kept, "envoy-a")
     endings.wait("late", late, deadline=10.0)
     endings.wait("kept", kept, deadline=20.0)
     endings.expire(9.9)

@@ -8,8 +8,9 @@ gRPC access log, streamed to the EPP (``specgate envoy-config --access-log``), g
 request's end: its status, duration and the engine that served it, batched, off the
 request's path.
 
-While an access log stream is open, each routed request is *expected* (by its
-``x-request-id``). When its ext_proc stream ends before the response does, its slot stays
+While an access log stream is open from an Envoy (told apart by its address), each request
+routed for that Envoy is *expected* (by its ``x-request-id``): Envoys that send no log
+are finished as without it. When its ext_proc stream ends before the response does, its slot stays
 held until its entry comes; when the stream ends with the response but without its status
 (not watched), the slot goes and the request's telemetry waits for the entry. Either way
 a request whose entry does not come in time is finished as it would be without the log:
@@ -69,12 +70,28 @@ class Endings:
         self._size = 0
         # those whose ext_proc stream ended: when their entry is due, and their id
         self._deadlines: dict[Ending, tuple[float, str]] = {}
-        self.streams = 0  # access log streams open
+        self._hosts: dict[str, int] = {}  # access log streams open, by the Envoy's address
+
+    @property
+    def streams(self) -> int:
+        """Access log streams open."""
+        return sum(self._hosts.values())
 
     @property
     def live(self) -> bool:
         """An Envoy streams its access log here."""
-        return self.streams > 0
+        return bool(self._hosts)
+
+    def opened(self, host: str) -> None:
+        """An access log stream from the Envoy at ``host`` opened."""
+        self._hosts[host] = self._hosts.get(host, 0) + 1
+
+    def closed(self, host: str) -> None:
+        n = self._hosts.get(host, 0) - 1
+        if n > 0:
+            self._hosts[host] = n
+        else:
+            self._hosts.pop(host, None)
 
     def __len__(self) -> int:
         return self._size
@@ -84,9 +101,10 @@ class Endings:
         """Requests expected whose ext_proc stream has ended."""
         return len(self._deadlines)
 
-    def expect(self, rid: str, ending: Ending) -> bool:
-        """Wait for ``rid``'s entry, if an access log is streamed here (and the bound allows)."""
-        if not self.streams or not rid or self._size >= self._limit:
+    def expect(self, rid: str, ending: Ending, host: str) -> bool:
+        """Wait for ``rid``'s entry, if the Envoy at ``host`` that asked for the request streams
+        its access log here (and the bound allows)."""
+        if host not in self._hosts or not rid or self._size >= self._limit:
             return False
         self._by_id.setdefault(rid, []).append(ending)
         self._size += 1
@@ -162,7 +180,8 @@ class AccessLogStream:
         self._open = True
         self._backlog: deque[bytes] = deque()
         self._scheduled = False
-        endings.streams += 1
+        self._host = stream.conn.peer_host
+        endings.opened(self._host)
 
     @property
     def awaiting(self) -> bool:
@@ -218,4 +237,4 @@ class AccessLogStream:
     def _closed(self) -> None:
         if self._open:
             self._open = False
-            self.endings.streams -= 1
+            self.endings.closed(self._host)

@@ -249,7 +249,7 @@ class ExtProcStream(Finish):
             self._refuse(exc)
             return
         self.picked = p
-        self.expecting = self.server.endings.expect(p.rid, self)
+        self.expecting = self.server.endings.expect(p.rid, self, self.stream.conn.peer_host)
         new_body = p.body if p.body is not None else (raw if decoded_body else None)
         headers = p.set_headers
         tags = {"route": p.decision.route.value, "reason": str(p.decision.reason), "engine": p.engine.name}

@@ -9,6 +9,7 @@ exactly the moment they care about (first event sent, request seen, abort seen).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -145,13 +146,21 @@ class FakeEngine:
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
-            events = ([self._chunk(body, chat, None, None)] if chat else []) + [
-                self._chunk(body, chat, tok, "stop" if i == len(self.tokens) - 1 else None)
-                for i, tok in enumerate(self.tokens)
-            ]
+            last = len(self.tokens) - 1
+            # Made one by one, the loop yielding now and then: a long answer (the tests' 20000
+            # events) built or written in one step would hold the event loop for its CPU.
+            events = itertools.chain(
+                [self._chunk(body, chat, None, None)] if chat else [],
+                (
+                    self._chunk(body, chat, tok, "stop" if i == last else None)
+                    for i, tok in enumerate(self.tokens)
+                ),
+            )
             for i, ev in enumerate(events):
                 seps = (", ", ": ") if self.spaced_json else (",", ":")
                 await resp.write(b"data: " + json.dumps(ev, separators=seps).encode() + b"\n\n")
+                if i % 256 == 255:
+                    await asyncio.sleep(0)
                 if i == 0:
                     self.first_sent.set()
                     if self.gate is not None:

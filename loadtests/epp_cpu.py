@@ -118,8 +118,9 @@ async def run(args: argparse.Namespace) -> tuple[float, float]:
     if args.short:  # bench_overhead.py's request, for this config's model
         body = {**json.loads(_payload(args.stream)), "model": "qwen3-8b"}
     one_trip = args.one_trip
+    extra = dict(SDK_HEADERS) if args.sdk_headers else {}
     phases = [
-        _message(request_headers(streamed=one_trip, without_waiting=one_trip)),
+        _message(request_headers(streamed=one_trip, without_waiting=one_trip, headers=extra)),
         _message(request_body(body)),
     ]
     if args.watched:
@@ -140,7 +141,7 @@ async def run(args: argparse.Namespace) -> tuple[float, float]:
         if batch:  # the request's id, for its entry
             rid = f"r{i:07d}".encode()
             head = request_headers(
-                streamed=one_trip, without_waiting=one_trip, headers={"x-request-id": rid.decode()}
+                streamed=one_trip, without_waiting=one_trip, headers={**extra, "x-request-id": rid.decode()}
             )
             pending.append(entry.replace(GOLDEN_ID, rid))
             frames += [h2wire._frame(h2wire.DATA, 0, sid, p) for p in [_message(head), *phases[1:]]]
@@ -183,6 +184,28 @@ async def run(args: argparse.Namespace) -> tuple[float, float]:
     return total_cpu / args.requests, critical / args.requests
 
 
+# The headers the OpenAI Python SDK (1.x) sends with a chat request, besides the pseudo-headers:
+# what reaches the EPP where Envoy forwards every header (no forward_rules).
+SDK_HEADERS = [
+    ("accept", "application/json"),
+    ("accept-encoding", "gzip, deflate"),
+    ("content-type", "application/json"),
+    ("content-length", "120"),
+    ("user-agent", "AsyncOpenAI/Python 1.57.0"),
+    ("authorization", "Bearer sk-none"),
+    ("x-stainless-lang", "python"),
+    ("x-stainless-package-version", "1.57.0"),
+    ("x-stainless-os", "Linux"),
+    ("x-stainless-arch", "x64"),
+    ("x-stainless-runtime", "CPython"),
+    ("x-stainless-runtime-version", "3.11.7"),
+    ("x-stainless-async", "async:asyncio"),
+    ("x-stainless-retry-count", "0"),
+    ("x-stainless-read-timeout", "600"),
+    ("x-forwarded-proto", "http"),
+    ("x-request-id", "6f1c2a4e-8d0b-4b53-9a55-0c2d7d1e9f11"),
+    ("x-envoy-expected-rq-timeout-ms", "600000"),
+]
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_ID = b"golden-1"
 
@@ -215,13 +238,19 @@ def main() -> int:
         help="Envoy streams its access log (envoy-config --access-log): one entry per request, "
         "in batches of N (at 500 req/s Envoy's 0.1 s flush makes 50)",
     )
+    ap.add_argument(
+        "--sdk-headers",
+        action="store_true",
+        help="the request headers as Envoy sends them without forward_rules: the OpenAI SDK's "
+        "whole set (default: the pseudo-headers only, as with the generated bootstrap's rules)",
+    )
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the measured requests")
     args = ap.parse_args()
     total, critical = asyncio.run(run(args))
     out = {"policy": args.policy, "stream": args.stream, "watched": args.watched, "short": args.short}
-    out |= {"one_trip": args.one_trip, "access_log": args.access_log}
+    out |= {"one_trip": args.one_trip, "access_log": args.access_log, "sdk_headers": args.sdk_headers}
     out |= {"cpu_us_per_request": round(total * 1e6, 1)}
     if args.one_trip:
         out["critical_us"] = round(critical * 1e6, 1)

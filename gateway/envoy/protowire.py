@@ -121,14 +121,15 @@ def varint(n: int) -> bytes:
 
 
 def ld(field: int, payload: bytes) -> bytes:
-    """A length-delimited field (sub-message, string or bytes); field numbers below 16."""
-    n = len(payload)
-    return _SMALL[field << 3 | LEN] + (_SMALL[n] if n < 128 else varint(n)) + payload
+    """A length-delimited field (sub-message, string or bytes)."""
+    n, tag = len(payload), field << 3 | LEN
+    return (_SMALL[tag] if tag < 128 else varint(tag)) + (_SMALL[n] if n < 128 else varint(n)) + payload
 
 
 def uint(field: int, value: int) -> bytes:
-    """A VARINT field (an enum, a bool, an unsigned integer); field numbers below 16."""
-    return _SMALL[field << 3 | VARINT] + varint(value)
+    """A VARINT field (an enum, a bool, an unsigned integer)."""
+    tag = field << 3 | VARINT
+    return (_SMALL[tag] if tag < 128 else varint(tag)) + varint(value)
 
 
 def struct_bytes(obj: Mapping[str, Any]) -> bytes:

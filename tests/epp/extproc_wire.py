@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from gateway.envoy.protowire import FIXED64, LEN, VARINT, fields, ld, struct_bytes, struct_value, uint, varint
+from gateway.envoy.protowire import FIXED64, LEN, VARINT, fields, ld, struct_bytes, struct_value, uint
 
 PROCESS = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 _PHASES = (
@@ -178,14 +178,6 @@ def process_call(channel: grpc.aio.Channel) -> Any:
 ACCESS_LOG = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
 
 
-def any_ld(field: int, payload: bytes) -> bytes:  # any field number (ld's are below 16)
-    return varint(field << 3 | LEN) + varint(len(payload)) + payload
-
-
-def any_uint(field: int, value: int) -> bytes:
-    return varint(field << 3 | VARINT) + varint(value)
-
-
 def _duration(seconds: float) -> bytes:
     whole = int(seconds)
     return uint(1, whole) + uint(2, round((seconds - whole) * 1e9))
@@ -207,8 +199,8 @@ def log_entry(
         host, _, port = upstream.rpartition(":")
         common += ld(13, ld(1, ld(2, host.encode()) + uint(3, int(port))))
     if flags:
-        common += any_ld(16, b"".join(any_uint(f, 1) for f in flags))
-    common += any_uint(33, 5 if intermediate else 6)  # access_log_type: DownstreamPeriodic, DownstreamEnd
+        common += ld(16, b"".join(uint(f, 1) for f in flags))
+    common += uint(33, 5 if intermediate else 6)  # access_log_type: DownstreamPeriodic, DownstreamEnd
     response = (ld(1, uint(1, status)) if status else b"") + ld(6, details.encode())
     return ld(1, common) + ld(3, ld(9, request_id.encode())) + ld(4, response)
 

@@ -21,12 +21,10 @@ from gateway.api.epp.endings import Endings
 from gateway.api.epp.server import EPP
 from gateway.config import GatewayConfig
 from gateway.envoy.accesslog import LogEntry, parse_entry, parse_logs, split_logs
-from gateway.envoy.protowire import ProtoError
+from gateway.envoy.protowire import ProtoError, ld, uint
 from tests.epp.extproc_wire import (
     access_log_call,
     access_log_message,
-    any_ld,
-    any_uint,
     log_entry,
     request_body,
     request_headers,
@@ -75,8 +73,8 @@ def test_flags_name_what_ended_a_request_and_garbage_is_refused() -> None:
     st.lists(
         st.one_of(
             st.binary(max_size=12),
-            st.builds(lambda f, b: any_ld(f, b), st.integers(1, 40), st.binary(max_size=200)),
-            st.builds(lambda f, v: any_uint(f, v), st.integers(1, 40), st.integers(0, 1 << 40)),
+            st.builds(lambda f, b: ld(f, b), st.integers(1, 40), st.binary(max_size=200)),
+            st.builds(lambda f, v: uint(f, v), st.integers(1, 40), st.integers(0, 1 << 40)),
             st.sampled_from([bytes.fromhex(c["hex"]) for c in GOLDEN["messages"]]),
         ),
         max_size=6,

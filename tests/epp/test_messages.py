@@ -136,3 +136,10 @@ def test_header_names_in_another_case_are_read_and_other_values_left_alone() -> 
     hv += ld(1, ld(1, b":path") + ld(2, b"/v1/completions"))
     inc = m.parse(ld(2, ld(1, hv)))
     assert inc.headers == {"content-length": "12", ":path": "/v1/completions"}
+
+
+@pytest.mark.parametrize("field", [1, 15, 16, 33, 2047, 2048])
+def test_fields_of_any_number_are_written_as_the_reader_reads_them(field: int) -> None:
+    """``ld`` and ``uint`` take one-byte tags (fields below 16) and longer ones alike."""
+    data = ld(field, b"x" * 200) + uint(field, 300)
+    assert list(fields(data)) == [(field, 2, b"x" * 200), (field, 0, 300)]

@@ -15,7 +15,6 @@ import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.api.epp.endings import Endings
 from gateway.api.epp.server import EPP
@@ -29,7 +28,7 @@ from tests.epp.extproc_wire import (
     request_body,
     request_headers,
 )
-from tests.epp.test_extproc import TIMEOUT_S, Epp, _statuses, _telemetry, chat, running
+from tests.epp.test_extproc import TIMEOUT_S, Epp, _statuses, _telemetry, chat, counter, running
 
 GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "access_log_golden.json").read_text())
 
@@ -260,13 +259,5 @@ def _engine_inflight(e: Epp) -> dict[str, int]:
 
 
 async def _counted(e: Epp) -> dict[str, float]:
-    """specgate_epp_access_log_entries_total by result, from specgate's /metrics."""
-    async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
-        text = await resp.text()
-    return {
-        x.labels["result"]: x.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name == "specgate_epp_access_log_entries"
-        for x in fam.samples
-        if x.name.endswith("_total")
-    }
+    """specgate_epp_access_log_entries_total by result."""
+    return await counter(e, "specgate_epp_access_log_entries", "result")

@@ -139,17 +139,22 @@ def _same_name_config(group: EmulatorGroup) -> GatewayConfig:
     )
 
 
-async def _statuses(e: Epp) -> dict[str, float]:
-    """specgate_requests_total by status, from specgate's /metrics."""
+async def counter(e: Epp, name: str, label: str) -> dict[str, float]:
+    """The counter ``name``'s totals by ``label``, from specgate's /metrics."""
     async with aiohttp.ClientSession() as s, s.get(f"{e.http}/metrics") as resp:
         text = await resp.text()
     return {
-        x.labels["status"]: x.value
+        x.labels[label]: x.value
         for fam in text_string_to_metric_families(text)
-        if fam.name == "specgate_requests"
+        if fam.name == name
         for x in fam.samples
         if x.name.endswith("_total")
     }
+
+
+async def _statuses(e: Epp) -> dict[str, float]:
+    """specgate_requests_total by status."""
+    return await counter(e, "specgate_requests", "status")
 
 
 def _engine(e: Epp, name: str) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gateway.envoy.filters import EPP_CLUSTER, duration, typed
-from gateway.envoy.protowire import FIXED32, FIXED64, LEN, VARINT, ProtoError, fields, read_varint
+from gateway.envoy.protowire import LEN, fields, index
 
 PATH = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
 LOG_NAME = "specgate"
@@ -68,74 +68,27 @@ class LogEntry(NamedTuple):
     intermediate: bool  # not the request's end (a periodic entry of a stream still running...)
 
 
-def _index(buf: bytes, wanted: frozenset[int] = frozenset({1, 2, 3})) -> dict[int, Any]:
-    """The last value of each ``wanted`` field, by number: an int (VARINT) or bytes (LEN).
-    One pass, no generator, the others skipped unread: an entry has some forty fields, of
-    which a dozen are read (:func:`~gateway.envoy.protowire.fields` is the general reader)."""
-    out: dict[int, Any] = {}
-    pos, n = 0, len(buf)
-    while pos < n:
-        key = buf[pos]
-        pos += 1
-        if key >= 0x80:  # fields 16 to 2047: a two-byte tag
-            if pos < n and buf[pos] < 0x80:
-                key = (key & 0x7F) | buf[pos] << 7
-                pos += 1
-            else:
-                key, pos = read_varint(buf, pos - 1)
-        wire = key & 7
-        if wire == VARINT:
-            b = buf[pos] if pos < n else 0x80
-            if b < 0x80:
-                value: Any = b
-                pos += 1
-            elif pos + 1 < n and buf[pos + 1] < 0x80:
-                value = (b & 0x7F) | buf[pos + 1] << 7
-                pos += 2
-            else:
-                value, pos = read_varint(buf, pos)
-        elif wire == LEN:
-            b = buf[pos] if pos < n else 0x80
-            if b < 0x80:
-                pos += 1
-            else:
-                b, pos = read_varint(buf, pos)
-            end = pos + b
-            if end > n:
-                raise ProtoError("truncated length-delimited field")
-            if key >> 3 not in wanted:
-                pos = end
-                continue
-            value = buf[pos:end]
-            pos = end
-        elif wire in (FIXED64, FIXED32):
-            pos += 8 if wire == FIXED64 else 4
-            if pos > n:
-                raise ProtoError("truncated fixed-size field")
-            continue
-        else:
-            raise ProtoError(f"unsupported wire type {wire}")
-        if key < 8:
-            raise ProtoError("field number 0")
-        out[key >> 3] = value
-    return out
+# the LEN fields read of the small messages below (their VARINTs are always read)
+_NONE: frozenset[int] = frozenset()  # only VARINTs
+_FIRST = frozenset({1})
+_HOST = frozenset({2})
 
 
 def _duration(buf: bytes | None) -> float | None:
     """A ``google.protobuf.Duration`` in seconds."""
     if buf is None:
         return None
-    d = _index(buf)
+    d = index(buf, _NONE)  # Duration{seconds = 1, nanos = 2}: VARINTs
     seconds, nanos = d.get(1, 0), d.get(2, 0)
     return (seconds if isinstance(seconds, int) else 0) + (nanos if isinstance(nanos, int) else 0) / 1e9
 
 
 def _address(buf: bytes) -> str:
     """``config.core.v3.Address``'s socket address as ``ip:port`` ("" for any other kind)."""
-    sock = _index(buf).get(1)  # SocketAddress{address = 2, port_value = 3}
+    sock = index(buf, _FIRST).get(1)  # SocketAddress{address = 2, port_value = 3}
     if not isinstance(sock, bytes):
         return ""
-    a = _index(sock)
+    a = index(sock, _HOST)
     host, port = a.get(2), a.get(3, 0)
     if not isinstance(host, bytes) or not host or not isinstance(port, int):
         return ""
@@ -144,7 +97,7 @@ def _address(buf: bytes) -> str:
 
 
 def _flag_error(buf: bytes) -> str | None:
-    flags = _index(buf, frozenset())  # booleans: VARINTs, always read
+    flags = index(buf, _NONE)  # booleans: VARINTs
     for f, error in _FLAG_ERRORS:
         if flags.get(f):
             return error
@@ -166,12 +119,12 @@ _RESPONSE_FIELDS = frozenset({_CODE, _CODE_DETAILS})
 
 
 def _entry(buf: bytes) -> LogEntry:
-    e = _index(buf, _ENTRY_FIELDS)
-    common = _index(_len(e.get(_COMMON)) or b"", _COMMON_FIELDS)
-    request = _index(_len(e.get(_REQUEST)) or b"", _REQUEST_FIELDS)
-    response = _index(_len(e.get(_RESPONSE)) or b"", _RESPONSE_FIELDS)
+    e = index(buf, _ENTRY_FIELDS)
+    common = index(_len(e.get(_COMMON)) or b"", _COMMON_FIELDS)
+    request = index(_len(e.get(_REQUEST)) or b"", _REQUEST_FIELDS)
+    response = index(_len(e.get(_RESPONSE)) or b"", _RESPONSE_FIELDS)
     code = _len(response.get(_CODE))
-    status = _index(code).get(1, 0) if code else 0
+    status = index(code, _NONE).get(1, 0) if code else 0  # UInt32Value{value = 1}
     last = _duration(_len(common.get(_LAST_DOWNSTREAM_TX)))
     upstream = _len(common.get(_UPSTREAM_REMOTE))
     flags = _len(common.get(_FLAGS))

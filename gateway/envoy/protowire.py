@@ -71,6 +71,60 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
             raise ProtoError(f"unsupported wire type {wire}")
 
 
+def index(buf: bytes, wanted: frozenset[int]) -> dict[int, Any]:
+    """Each field's last value by number: an int (VARINT) for every VARINT field, bytes for
+    the LEN fields in ``wanted``; other LEN fields and fixed-size ones are skipped unread.
+    One pass, no generator: for messages of many fields of which a few are read (Envoy's
+    access log entries); :func:`fields` reads them all, in order."""
+    out: dict[int, Any] = {}
+    pos, n = 0, len(buf)
+    while pos < n:
+        key = buf[pos]
+        pos += 1
+        if key >= 0x80:  # fields 16 to 2047: a two-byte tag
+            if pos < n and buf[pos] < 0x80:
+                key = (key & 0x7F) | buf[pos] << 7
+                pos += 1
+            else:
+                key, pos = read_varint(buf, pos - 1)
+        wire = key & 7
+        if wire == VARINT:
+            b = buf[pos] if pos < n else 0x80
+            if b < 0x80:
+                value: Any = b
+                pos += 1
+            elif pos + 1 < n and buf[pos + 1] < 0x80:
+                value = (b & 0x7F) | buf[pos + 1] << 7
+                pos += 2
+            else:
+                value, pos = read_varint(buf, pos)
+        elif wire == LEN:
+            b = buf[pos] if pos < n else 0x80
+            if b < 0x80:
+                pos += 1
+            else:
+                b, pos = read_varint(buf, pos)
+            end = pos + b
+            if end > n:
+                raise ProtoError("truncated length-delimited field")
+            if key >> 3 not in wanted:
+                pos = end
+                continue
+            value = buf[pos:end]
+            pos = end
+        elif wire in (FIXED64, FIXED32):
+            pos += 8 if wire == FIXED64 else 4
+            if pos > n:
+                raise ProtoError("truncated fixed-size field")
+            continue
+        else:
+            raise ProtoError(f"unsupported wire type {wire}")
+        if key < 8:
+            raise ProtoError("field number 0")
+        out[key >> 3] = value
+    return out
+
+
 def struct_value(buf: bytes, depth: int = 0) -> dict[str, Any]:
     """A ``google.protobuf.Struct`` as a dict (JSON-like values)."""
     out: dict[str, Any] = {}

@@ -16,7 +16,7 @@ server does only what a gRPC server needs from HTTP/2 (RFC 9113), synchronously 
   stream's handler as bytes; the handler answers with ``Stream.send`` and ends the stream
   with ``Stream.finish`` (trailers with ``grpc-status``): :mod:`.h2stream`;
 - flow control: the server grants a 1 GiB receive window up front and tops it up; what it
-  sends waits for the peer's window when that is exhausted.
+  sends waits for the peer's window when that is exhausted (:mod:`.h2send`, the sending side).
 
 Protocol errors close the connection with GOAWAY and the RFC's error code; a stream over
 the concurrent limit is refused (REFUSED_STREAM); a message larger than the limit ends its
@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Callable
 from typing import cast
 
+from gateway.envoy.h2send import H2Sender
 from gateway.envoy.h2stream import Services, Stream
 from gateway.envoy.h2wire import (
     _U32,
@@ -44,7 +44,6 @@ from gateway.envoy.h2wire import (
     END_HEADERS,
     END_STREAM,
     ENHANCE_YOUR_CALM,
-    FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR,
     GOAWAY,
     GRPC_DEADLINE_EXCEEDED,
@@ -55,7 +54,6 @@ from gateway.envoy.h2wire import (
     HEADERS,
     INITIAL_WINDOW_SIZE,
     MAX_CONCURRENT_STREAMS,
-    MAX_FRAME_SIZE,
     MAX_HEADER_LIST_SIZE,
     MAX_WINDOW,
     NO_ERROR,
@@ -89,7 +87,7 @@ def _incomplete(buf: bytearray) -> bool:
     return length <= DEFAULT_FRAME_SIZE and len(buf) < 9 + length
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(H2Sender, asyncio.Protocol):
     """One HTTP/2 connection (cleartext with prior knowledge, or TLS with ALPN h2)."""
 
     def __init__(
@@ -100,15 +98,11 @@ class H2Connection(asyncio.Protocol):
         max_message: int = 64 * 1024 * 1024,
         on_close: Callable[[H2Connection], None] | None = None,
     ) -> None:
+        super().__init__()
         self.services = services
         self.max_streams = max_streams
         self.max_message = max_message
         self.on_close = on_close
-        self.transport: asyncio.Transport | None = None
-        self.streams: dict[int, Stream] = {}
-        self.peer_initial_window = 65_535
-        self.peer_max_frame = DEFAULT_FRAME_SIZE
-        self.send_window = 65_535  # the connection's, granted by the peer
         self._recv_unacked = 0
         self._buf = bytearray()
         self._preface_seen = False
@@ -117,10 +111,7 @@ class H2Connection(asyncio.Protocol):
         self._header_block = bytearray()
         self._header_end_stream = False
         self._decoder = HeaderDecoder(HEADER_BLOCK_MAX)
-        self._out: list[bytes] = []
-        self._batching = False
         self._going_away = False
-        self.closed = False
         self.last_activity = time.monotonic()
         self.done: asyncio.Future[None] | None = None  # set when the connection is lost
         self.peer_host = ""  # the peer's address (which Envoy this is), where known
@@ -205,43 +196,6 @@ class H2Connection(asyncio.Protocol):
         if self.on_close is not None:
             self.on_close(self)
 
-    # -- output ----------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        if self.closed or self.transport is None:
-            return
-        if self._batching:
-            self._out.append(data)
-        else:
-            self.transport.write(data)
-
-    def _flush(self) -> None:
-        if self._out and self.transport is not None and not self.closed:
-            self.transport.write(b"".join(self._out))
-        self._out.clear()
-
-    def try_reserve(self, stream: Stream, n: int) -> bool:
-        if n > self.send_window or n > stream.send_window:
-            return False
-        self.send_window -= n
-        stream.send_window -= n
-        return True
-
-    def reserve_some(self, stream: Stream, n: int) -> int:
-        """Reserve up to ``n`` bytes of both send windows: how many (0 when either is spent)."""
-        n = max(0, min(n, self.send_window, stream.send_window))
-        self.send_window -= n
-        stream.send_window -= n
-        return n
-
-    def write_data(self, sid: int, payload: bytes, flags: int) -> None:
-        step = self.peer_max_frame
-        if len(payload) <= step:
-            self.write(_frame(DATA, flags, sid, payload))
-            return
-        for i in range(0, len(payload), step):
-            last = i + step >= len(payload)
-            self.write(_frame(DATA, flags if last else 0, sid, payload[i : i + step]))
-
     def stream_done(self, stream: Stream) -> None:
         """Our side ended ``stream``; forget it once both sides are done."""
         stream.handler = None
@@ -323,51 +277,6 @@ class H2Connection(asyncio.Protocol):
         elif kind == PRIORITY and sid == 0:
             raise ConnectionError_(PROTOCOL_ERROR, "PRIORITY on stream 0")
         # other frame types are ignored (RFC 9113 §4.1)
-
-    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid != 0 or len(payload) % 6:
-            raise ConnectionError_(
-                FRAME_SIZE_ERROR if len(payload) % 6 else PROTOCOL_ERROR, "malformed SETTINGS"
-            )
-        if flags & ACK:
-            return
-        for i in range(0, len(payload), 6):
-            key, value = struct.unpack_from(">HI", payload, i)
-            if key == INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise ConnectionError_(FLOW_CONTROL_ERROR, "initial window too large")
-                delta = value - self.peer_initial_window
-                self.peer_initial_window = value
-                for s in self.streams.values():
-                    s.send_window += delta
-            elif key == MAX_FRAME_SIZE:
-                if not DEFAULT_FRAME_SIZE <= value <= (1 << 24) - 1:
-                    raise ConnectionError_(PROTOCOL_ERROR, "invalid max frame size")
-                self.peer_max_frame = value
-        self.write(_frame(SETTINGS, ACK, 0))
-        self._unblock()
-
-    def _on_window_update(self, sid: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise ConnectionError_(FRAME_SIZE_ERROR, "malformed WINDOW_UPDATE")
-        inc = _U32.unpack(payload)[0] & 0x7FFFFFFF
-        if sid == 0:
-            if inc == 0:
-                raise ConnectionError_(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            self.send_window += inc
-            if self.send_window > MAX_WINDOW:
-                raise ConnectionError_(FLOW_CONTROL_ERROR, "connection window overflow")
-            self._unblock()
-            return
-        s = self.streams.get(sid)
-        if s is not None:
-            s.send_window += inc
-            s.flush_pending()
-
-    def _unblock(self) -> None:
-        for s in list(self.streams.values()):
-            if s._pending:
-                s.flush_pending()
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         if sid == 0:

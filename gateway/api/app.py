@@ -114,6 +114,7 @@ def build_app(
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", routes.list_models)
+    app.router.add_get("/v1/models/{model}", routes.get_model)
     app.router.add_get("/health", routes.health)
     app.router.add_get("/ready", routes.ready)
     app.router.add_get("/metrics", routes.metrics)

@@ -1,4 +1,4 @@
-"""``GET /v1/models``, ``/health``, ``/ready`` and ``/metrics``."""
+"""``GET /v1/models`` (and one model: ``/v1/models/{model}``), ``/health``, ``/ready`` and ``/metrics``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def _json(data: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json")
 
 
-async def list_models(request: web.Request) -> web.Response:
+async def _model_cards(request: web.Request) -> list[dict[str, object]]:
+    """The cards of the models this client may see (its key checked where keys are set)."""
     st = request.app[STATE]
     server_keys = st.config.server.api_keys
     if server_keys:
@@ -30,7 +31,7 @@ async def list_models(request: web.Request) -> web.Response:
     created = int(st.started_at)
     visible = [m for m in st.models.values() if may_see_model(request, server_keys, m.config.api_keys)]
     fields = await engine_fields(st) if visible else {}
-    data = [
+    return [
         {
             "id": m.name,
             "object": "model",
@@ -40,7 +41,25 @@ async def list_models(request: web.Request) -> web.Response:
         }
         for m in visible
     ]
-    return _json({"object": "list", "data": data})
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return _json({"object": "list", "data": await _model_cards(request)})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{model}``, OpenAI's retrieve (the SDK's ``models.retrieve``): the
+    model's card, or 404 ``model_not_found`` for a model unknown or not this key's."""
+    name = request.match_info["model"]
+    for card in await _model_cards(request):
+        if card["id"] == name:
+            return _json(card)
+    raise ApiError(
+        404,
+        f"The model '{name[:200]}' does not exist",
+        param="model",
+        code="model_not_found",
+    )
 
 
 async def health(request: web.Request) -> web.Response:

@@ -278,6 +278,14 @@ async def test_per_model_keys_and_server_keys() -> None:
                 assert [m["id"] for m in (await r.json())["data"]] == ["m1", "m2"]
             async with s.get(h.url("/v1/models"), headers={"Authorization": "Bearer tenant-key-1"}) as r:
                 assert [m["id"] for m in (await r.json())["data"]] == ["m1"]
+            # one model's card: another tenant's model is not found, as if it did not exist
+            tenant = {"Authorization": "Bearer tenant-key-1"}
+            async with s.get(h.url("/v1/models/m1"), headers=tenant) as r:
+                assert r.status == 200 and (await r.json())["id"] == "m1"
+            async with s.get(h.url("/v1/models/m2"), headers=tenant) as r:
+                assert r.status == 404 and _assert_openai_error(await r.json())["code"] == "model_not_found"
+            async with s.get(h.url("/v1/models/m2"), headers={"Authorization": "Bearer server-key-01"}) as r:
+                assert r.status == 200 and (await r.json())["id"] == "m2"
         # unknown model names do not list the other tenants' models
         got, _, out = await _post(
             url, json={"model": "zz", "messages": MSGS}, headers={"Authorization": "Bearer tenant-key-1"}

@@ -112,6 +112,14 @@ async def test_sdk_raises_typed_errors(make_client: Callable[..., openai.AsyncOp
             with pytest.raises(openai.BadRequestError) as br:
                 await good.chat.completions.create(model="m1", messages=MSGS, temperature=-1)  # type: ignore[arg-type]
             assert "temperature" in str(br.value)
+            # models.retrieve: the model's card; an unknown one is the SDK's NotFoundError
+            card = await good.models.retrieve("m1")
+            assert (card.id, card.object, card.owned_by) == ("m1", "model", "specgate")
+            with pytest.raises(openai.NotFoundError) as gone:
+                await good.models.retrieve("nope")
+            assert gone.value.code == "model_not_found"
+            with pytest.raises(openai.AuthenticationError):
+                await bad.models.retrieve("m1")
         finally:
             await bad.close()
             await good.close()

@@ -20,6 +20,7 @@ from gateway.emulator.engine import EngineRequest
 from gateway.emulator.protocol import (
     SPEC_UNSUPPORTED_MESSAGE,
     SSE_DONE,
+    VOCAB_SIZE,
     ApiError,
     ParsedRequest,
     chat_prompt,
@@ -32,8 +33,6 @@ from gateway.emulator.protocol import (
 )
 from gateway.emulator.responses import stream_response, unary_response
 from gateway.text import tokenize
-
-VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
 
 
 def _err(e: ApiError) -> web.Response:

@@ -17,6 +17,8 @@ from typing import Any
 from gateway.text import tokenize
 
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
+VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
 SPEC_UNSUPPORTED_MESSAGE = "min_p and logit_bias parameters won't work with speculative decoding."
 
 
@@ -57,6 +59,9 @@ class ParsedRequest:
     min_p: float
     logit_bias: dict[str, float] = field(default_factory=dict)
     echo: bool = False
+    #: logprobs asked for: how many alternatives per token (chat's ``top_logprobs``,
+    #: completions' ``logprobs``); None: none asked
+    logprobs: int | None = None
     continues: tuple[str, str] | None = None  # (prompt the answer was begun for, its given part)
 
     @property
@@ -223,6 +228,7 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
         or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in lb.values())
     ):
         raise ApiError("logit_bias must map token ids to numbers", param="logit_bias")
+    logprobs = _logprobs(body, chat=chat, stream=stream)
     return ParsedRequest(
         chat=chat,
         prompts=prompts,
@@ -239,8 +245,50 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
         min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
         logit_bias={str(k): float(v) for k, v in (lb or {}).items()},
         echo=_bool(body, "echo"),
+        logprobs=logprobs,
         continues=continues,
     )
+
+
+def _count(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int):  # as vLLM's check: a JSON bool is an int there too
+        raise ApiError(f"`{key}` must be an integer.", param=key)
+    return int(v)
+
+
+def _logprobs(body: dict[str, Any], *, chat: bool, stream: bool) -> int | None:
+    """vLLM's checks of the logprobs fields, in its words; the count of alternatives per
+    token, capped as an engine started with the default ``--max-logprobs`` (20) caps it."""
+    prompt = _count(body, "prompt_logprobs")
+    if prompt is not None:
+        if stream and (prompt > 0 or prompt == -1):
+            raise ApiError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
+        if prompt < -1:
+            raise ApiError("`prompt_logprobs` must be a positive value or -1.", param="prompt_logprobs")
+    if chat:
+        top = _count(body, "top_logprobs")
+        if top is not None and top < -1:
+            raise ApiError("`top_logprobs` must be a positive value or -1.", param="top_logprobs")
+        on = _bool(body, "logprobs")
+        if top is not None and (top == -1 or top > 0) and not on:
+            raise ApiError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
+        n = (top or 0) if on else None
+    else:
+        n = _count(body, "logprobs")
+        if n is not None and n < 0:
+            raise ApiError("`logprobs` must be a positive value.", param="logprobs")
+    for asked in (n, prompt):
+        if asked is not None:
+            wanted = VOCAB_SIZE if asked == -1 else asked
+            if wanted > MAX_LOGPROBS:
+                raise ApiError(
+                    f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+                    f"{MAX_LOGPROBS}"
+                )
+    return n
 
 
 # --- bodies ------------------------------------------------------------------------------
@@ -275,13 +323,14 @@ def chunk(
     text: str,
     finish_reason: str | None,
     role: bool = False,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     choice: dict[str, Any]
     if chat:
         delta: dict[str, Any] = {"role": "assistant", "content": text} if role else {"content": text}
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     else:
-        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = None
     return {
@@ -302,9 +351,11 @@ def full_response(
     choices: list[tuple[str, str]],
     prompt_tokens: int,
     completion_tokens: int,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     for i, (text, reason) in enumerate(choices):
+        lp = None if logprobs is None else logprobs[i]
         if chat:
             out.append(
                 {
@@ -319,7 +370,7 @@ def full_response(
                         "tool_calls": [],
                         "reasoning_content": None,
                     },
-                    "logprobs": None,
+                    "logprobs": lp,
                     "finish_reason": reason,
                     "stop_reason": None,
                 }
@@ -329,7 +380,7 @@ def full_response(
                 {
                     "index": i,
                     "text": text,
-                    "logprobs": None,
+                    "logprobs": lp,
                     "finish_reason": reason,
                     "stop_reason": None,
                     "prompt_logprobs": None,

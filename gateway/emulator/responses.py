@@ -13,6 +13,7 @@ from aiohttp import web
 
 from gateway.emulator.emulated import EmulatedEngine, cut_connection, json_response
 from gateway.emulator.engine import EngineRequest, TokenEvent
+from gateway.emulator.logprobs import CompletionLogprobs, chat_logprobs, joined
 from gateway.emulator.protocol import SSE_DONE, ParsedRequest, chunk, full_response, sse, usage
 
 
@@ -31,6 +32,25 @@ def _spec_metrics(reqs: list[EngineRequest]) -> dict[str, Any]:
             "num_accepted_tokens_per_pos": [sum(r.accepted_per_pos[i] for r in reqs) for i in range(k)],
         }
     }
+
+
+class _Logprobs:
+    """One choice's logprobs, chunk by chunk (:mod:`gateway.emulator.logprobs`)."""
+
+    def __init__(self, pr: ParsedRequest, req: EngineRequest) -> None:
+        self.req, self.top, self.chat = req, pr.logprobs or 0, pr.chat
+        self.sent = 0
+        self.completion = None if pr.chat else CompletionLogprobs(req, self.top)
+        self.echo = pr.echo and not pr.chat
+
+    def next(self, tokens: list[str]) -> dict[str, Any]:
+        if self.completion is None:
+            out = chat_logprobs(self.req, self.sent, tokens, self.top)
+            self.sent += len(tokens)
+            return out
+        head = self.completion.prompt() if self.echo else None
+        self.echo = False
+        return joined(head, self.completion.answer(tokens))
 
 
 def _prompt_total(pr: ParsedRequest) -> int:
@@ -67,7 +87,8 @@ async def unary_response(
         if h.dead:
             cut_connection(request)
             return web.Response(status=503)
-    choices = [("".join(r.output), r.finish_reason or "stop") for r in reqs]
+    echo = pr.echo and not pr.chat
+    choices = [((r.prompt if echo else "") + "".join(r.output), r.finish_reason or "stop") for r in reqs]
     body = full_response(
         chat=pr.chat,
         rid=rid,
@@ -76,6 +97,7 @@ async def unary_response(
         choices=choices,
         prompt_tokens=_prompt_total(pr),
         completion_tokens=sum(len(r.output) for r in reqs),
+        logprobs=None if pr.logprobs is None else [_Logprobs(pr, r).next(r.output) for r in reqs],
     )
     if h.per_request_metrics and h.engine.spec is not None:
         body["metrics"] = _spec_metrics(reqs)
@@ -104,6 +126,8 @@ async def stream_response(
     for r in reqs:
         h.driver.submit(h.engine, r)
     started = [False] * len(reqs)
+    lps = [_Logprobs(pr, r) for r in reqs] if pr.logprobs is not None else None
+    echo = pr.echo and not pr.chat
     left = len(reqs)
     chunks = 0
     prompt_total = _prompt_total(pr)
@@ -125,6 +149,9 @@ async def stream_response(
                 )
                 role["choices"][0]["delta"] = {"role": "assistant", "content": ""}
                 parts.append(sse(role))
+            text = "".join(ev.tokens)
+            if echo and not started[i]:  # the prompt's text comes first, in the first chunk
+                text = reqs[i].prompt + text
             started[i] = True
             c = chunk(
                 chat=pr.chat,
@@ -132,8 +159,9 @@ async def stream_response(
                 created=created,
                 model=model,
                 index=i,
-                text="".join(ev.tokens),
+                text=text,
                 finish_reason=ev.finish_reason,
+                logprobs=None if lps is None else lps[i].next(ev.tokens),
             )
             if pr.continuous_usage and pr.include_usage:
                 c["usage"] = usage(len(reqs[i].prompt_tokens), len(reqs[i].output))

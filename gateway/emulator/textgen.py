@@ -19,6 +19,7 @@ acceptance of n-gram drafts emerges from this text.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import random
 import re
@@ -114,6 +115,30 @@ _FILLER_TEXT = """
 _FILLER = tuple(_FILLER_TEXT.split())
 _PUNCT = (".", ",", ".", ",", ";", ":")
 
+# How each answer token was made (AnswerGenerator._kind), which sets its log-probability.
+_NOVEL, _COPIED, _SAMPLED_IN_COPY = 0, 1, 2
+
+
+def _filler_logq() -> dict[str, float]:
+    """log q(token) of :meth:`AnswerGenerator._filler_token`'s choice: 8 % punctuation,
+    2 % a word on a new line, 90 % a word after a space (repeated entries count double)."""
+    q: dict[str, float] = {}
+    for p in _PUNCT:
+        q[p] = q.get(p, 0.0) + 0.08 / len(_PUNCT)
+    for w in _FILLER:
+        q[" " + w] = q.get(" " + w, 0.0) + 0.90 / len(_FILLER)
+        q["\n" + w] = q.get("\n" + w, 0.0) + 0.02 / len(_FILLER)
+    return {t: math.log(v) for t, v in q.items()}
+
+
+_FILLER_LOGQ = _filler_logq()
+_FILLER_RANKED = sorted(_FILLER_LOGQ.items(), key=lambda c: -c[1])[:32]
+# A copy goes on at the reference temperature 1 with (1 - deviation)(1 - substitution).
+_P_KEEP = (1.0 - 0.05) * math.exp(-SUBSTITUTION_RATE)
+_LOG_KEEP = math.log(_P_KEEP)
+_LOG_LEAVE = math.log(1.0 - _P_KEEP)
+_LOG_UNSEEN = math.log(1e-6)  # a token the generator never samples (a prompt's own words)
+
 
 def _seed_int(*parts: object) -> int:
     h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
@@ -154,8 +179,10 @@ class AnswerGenerator:
     """
 
     __slots__ = (
+        "_alt",
         "_copy_run",
         "_cursor",
+        "_kind",
         "_out",
         "_p",
         "_rng",
@@ -182,6 +209,8 @@ class AnswerGenerator:
         self._cursor = 0
         self._copy_run = 0
         self._out: list[str] = []
+        self._kind = bytearray()  # per token: _NOVEL, _COPIED or _SAMPLED_IN_COPY
+        self._alt: dict[int, str] = {}  # the source token a _SAMPLED_IN_COPY one replaced
         rng = self._rng
         if self.kind is PromptKind.EDIT:
             # The edited source ends where the walk through it ends.
@@ -258,15 +287,18 @@ class AnswerGenerator:
         put = self._put
         i = start
         end = min(n, start + length)
+        alt = self._alt
         while i < end:
             if dev and rng.random() < dev:
-                put(self._filler_token())
+                alt[len(self._out)] = src[i]
+                put(self._filler_token(), _SAMPLED_IN_COPY)
                 i += 1  # a sampled token replaced the source one, and the copy ends
                 break
             if sub and rng.random() < sub:
-                put(self._filler_token())  # sampled in place of the source token
+                alt[len(self._out)] = src[i]
+                put(self._filler_token(), _SAMPLED_IN_COPY)  # sampled in place of the source token
             else:
-                put(src[i])
+                put(src[i], _COPIED)
             i += 1
         self._cursor = i
         if self._p.sequential and self._p.skip_len:
@@ -275,9 +307,9 @@ class AnswerGenerator:
 
     def _novel(self, length: int) -> None:
         for _ in range(length):
-            self._put(self._filler_token())
+            self._put(self._filler_token(), _NOVEL)
 
-    def _put(self, tok: str) -> None:
+    def _put(self, tok: str, kind: int) -> None:
         """Append ``tok`` so that the answer's text tokenizes back into the same tokens (what
         a client or the advisor sees is the text): a word that would join the word before
         it gets a space of its own."""
@@ -285,6 +317,33 @@ class AnswerGenerator:
         if out and _word_char(tok[:1]) and _word_char(out[-1][-1:]):
             tok = " " + tok
         out.append(tok)
+        self._kind.append(kind)
+
+    # --- the model's probabilities (what logprobs report) -----------------------------
+    def logprob(self, i: int) -> float:
+        """The log-probability of answer token ``i`` under the model's own distribution
+        (:func:`token_logprob`)."""
+        self.token(i)
+        return token_logprob(self._out[i], self._kind[i])
+
+    def top(self, i: int, k: int) -> list[tuple[str, float]]:
+        """Answer token ``i`` and the ``k - 1`` likeliest tokens in its place, with their
+        log-probabilities: the sampled one first (as vLLM lists them), then by rank."""
+        tok, kind = self.token(i), self._kind[i]
+        first = (tok, token_logprob(tok, kind))
+        if k <= 1:
+            return [first][:k]
+        rest: list[tuple[str, float]] = []
+        if kind == _SAMPLED_IN_COPY:
+            rest.append((self._alt[i], _LOG_KEEP))
+        scale = 0.0 if kind == _NOVEL else _LOG_LEAVE
+        for cand, lq in _FILLER_RANKED:
+            if len(rest) >= k - 1:
+                break
+            if cand != tok:
+                rest.append((cand, scale + lq))
+        rest.sort(key=lambda c: -c[1])
+        return [first, *rest[: k - 1]]
 
     def _filler_token(self) -> str:
         rng = self._rng
@@ -294,6 +353,31 @@ class AnswerGenerator:
         if r < 0.10:
             return "\n" + rng.choice(_FILLER)  # a new line starts with a word
         return " " + rng.choice(_FILLER)
+
+
+def token_logprob(tok: str, kind: int) -> float:
+    """The model's log-probability of a token, from how the generator made it (at its
+    reference temperature 1: vLLM reports the model's raw distribution, before sampling's
+    temperature): a copied source token is as likely as a copy going on (``_P_KEEP``); a
+    sampled word has its share of the filler vocabulary, times the chance of leaving the
+    copy where it replaced a source token."""
+    if kind == _COPIED:
+        return _LOG_KEEP
+    lq = _FILLER_LOGQ.get(tok, _LOG_UNSEEN)
+    return lq + _LOG_LEAVE if kind == _SAMPLED_IN_COPY else lq
+
+
+def prompt_logprobs(tokens: list[str]) -> list[float | None]:
+    """Log-probabilities of a prompt's tokens (vLLM's ``echo`` with logprobs): none for the
+    first; a token that continues a pair seen earlier in the prompt as a copy; a filler
+    word its share; any other token as unseen."""
+    out: list[float | None] = [None] if tokens else []
+    seen: set[tuple[str, str]] = set()
+    for prev, tok in itertools.pairwise(tokens):
+        pair = (prev, tok)
+        out.append(_LOG_KEEP if pair in seen else _FILLER_LOGQ.get(tok, _LOG_UNSEEN))
+        seen.add(pair)
+    return out
 
 
 def answer_seed(request_seed: int | None, engine_seed: int, counter: int, temperature: float) -> int:

@@ -89,6 +89,34 @@ async def test_sdk_through_gateway_to_emulated_pair(pair_config: Callable[..., G
         assert forced.headers["x-specgate-route"] == "base"
         assert forced.headers["x-specgate-reason"] == "refused_params"
 
+        # logprobs pass through as the engine wrote them, streamed and not
+        scored = await client.chat.completions.create(
+            model="qwen3-8b",
+            messages=EDIT,  # type: ignore[arg-type]
+            temperature=0,
+            max_tokens=12,
+            logprobs=True,
+            top_logprobs=2,
+        )
+        content = scored.choices[0].logprobs.content  # type: ignore[union-attr]
+        assert content and "".join(e.token for e in content) == scored.choices[0].message.content
+        assert all(len(e.top_logprobs) == 2 for e in content)
+        scored_stream = await client.chat.completions.create(
+            model="qwen3-8b",
+            messages=EDIT,  # type: ignore[arg-type]
+            temperature=0,
+            max_tokens=12,
+            logprobs=True,
+            stream=True,
+        )
+        tokens = [
+            e.token
+            async for c in scored_stream
+            if c.choices and c.choices[0].logprobs
+            for e in c.choices[0].logprobs.content or []
+        ]
+        assert "".join(tokens) == scored.choices[0].message.content  # T=0: the same answer
+
         # learning saw the speculative answer with vLLM's per-request acceptance metrics
         spec_outcome = recorder.outcomes[0]
         assert spec_outcome.route.value == "spec" and spec_outcome.ok

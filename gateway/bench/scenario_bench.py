@@ -41,8 +41,9 @@ from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
 from gateway.sim.agreement import Sample, agreement, switch_spread
-from gateway.sim.run import RequestRecord as SimRecord
-from gateway.sim.run import SimConfig, simulate
+from gateway.sim.records import RequestRecord as SimRecord
+from gateway.sim.records import SimConfig
+from gateway.sim.run import simulate
 from gateway.sim.scenarios import Scenario, get_scenario, scenario_requests
 from gateway.workload import WorkloadRequest, to_openai_body
 

@@ -12,7 +12,8 @@ probability, so copied spans read as confident and new words as not, as a real m
   ``echo`` the prompt's tokens come first, the very first without a value (the emulator
   names no alternatives to a prompt's tokens: their maps hold the token alone).
 
-vLLM floors a value at -9999.0; the emulator's are far above it.
+vLLM floors a value at -9999.0; the emulator's are far above it. ``prompt_logprobs`` is
+checked as vLLM checks it, and answered ``null``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ pure engine model and shared device timeline (:mod:`gateway.emulator.engine`,
 engine refreshed every simulated second. ``specgate simulate`` sweeps QPS × policies.
 """
 
-from gateway.sim.run import SimConfig, SimResult, simulate
+from gateway.sim.records import SimConfig, SimResult
+from gateway.sim.run import simulate
 
 __all__ = ["SimConfig", "SimResult", "simulate"]

@@ -18,8 +18,9 @@ from typing import Any
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
 from gateway.sim.agreement import switch_spread
+from gateway.sim.records import SimConfig, SimResult
 from gateway.sim.report import write_csv
-from gateway.sim.run import SimConfig, SimResult, phase_summaries, simulate
+from gateway.sim.run import phase_summaries, simulate
 from gateway.sim.scenarios import Scenario
 
 

@@ -19,9 +19,10 @@ from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
+from gateway.sim.records import SimConfig
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, seed_ratios, write_csv, write_json
-from gateway.sim.run import DYNAMIC_SD, SimConfig, simulate
+from gateway.sim.run import DYNAMIC_SD, simulate
 from gateway.sim.scenarios import Phase, describe_all, from_schedule, get_scenario
 
 POLICIES = (*POLICY_NAMES, DYNAMIC_SD)

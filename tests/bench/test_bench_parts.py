@@ -183,7 +183,7 @@ async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> Non
 
 
 def test_requests_csv_holds_both_sides_request_by_request(tmp_path: Path) -> None:
-    from gateway.sim.run import RequestRecord as SimRecord
+    from gateway.sim.records import RequestRecord as SimRecord
 
     bench = {"adaptive": [scenario_bench.SocketRecord(1.5, "spec", "join_running", 40, 0.02, 0.0051, 1.8)]}
     sim = {

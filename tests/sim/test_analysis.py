@@ -8,7 +8,7 @@ import pytest
 
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
-from gateway.sim.run import RequestRecord
+from gateway.sim.records import RequestRecord
 
 
 def rec(t: float, route: str, tpot_ms: float, ttft_ms: float = 50.0, tokens: int = 100) -> RequestRecord:

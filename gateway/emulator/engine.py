@@ -37,17 +37,17 @@ The data types (:class:`EngineConfig`, :class:`EngineRequest`, :class:`StepPlan`
 :class:`TokenEvent`, :class:`EngineStats`, :class:`EngineObserver`) live in
 :mod:`gateway.emulator.engine_types` and the drafting/verification helpers
 (:func:`indexed_proposer`, ...) in :mod:`gateway.emulator.drafting`; both are
-re-exported here. A request's making (its answer's generator and seed, its acceptance set-up)
-is :mod:`gateway.emulator.intake`.
+re-exported here.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from collections import deque
 from typing import cast
 
-from gateway.emulator.acceptance import sample_accepted
+from gateway.emulator.acceptance import curve_for, sample_accepted, synthetic_curve
 from gateway.emulator.drafting import apply_stop, indexed_proposer, verify_text_drafts
 from gateway.emulator.engine_types import (
     FINISH_REASONS,
@@ -59,10 +59,10 @@ from gateway.emulator.engine_types import (
     StepPlan,
     TokenEvent,
 )
-from gateway.emulator.intake import new_request, speculate
 from gateway.emulator.stepcost import price_step
-from gateway.emulator.textgen import PromptKind
+from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
 from gateway.physics import StepTimeProfile, get_profile
+from gateway.text import tokenize
 from gateway.text.lookup import Proposer
 from gateway.text.suffix import AnswerCache, SuffixProposer
 
@@ -122,24 +122,33 @@ class Engine:
         n_param: int = 1,
         continues: tuple[str, str] | None = None,
     ) -> EngineRequest:
-        """A request for this engine (:func:`gateway.emulator.intake.new_request`), its
-        acceptance set up on this engine's drafter."""
-        req = new_request(
-            self.config,
-            next(self._ids),
-            prompt,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            seed=seed,
+        """``continues``: (the prompt the answer was begun for, the part of it already
+        given) when this request continues an answer (chat's ``continue_final_message``):
+        the answer is that prompt's, from where the given part ends."""
+        counter = next(self._ids)
+        toks = prompt_tokens if prompt_tokens is not None else tokenize(prompt)
+        s = answer_seed(seed, self.config.seed, counter, temperature)
+        skip = 0
+        if continues is not None:
+            begun, given = continues
+            gen = AnswerGenerator(begun, tokenize(begun), temperature=temperature, seed=s, kind=kind)
+            skip = _answered(gen, given)
+        else:
+            gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
+        req = EngineRequest(
+            request_id=request_id or f"req-{counter}",
+            prompt=prompt,
+            prompt_tokens=toks,
+            max_tokens=max(1, max_tokens),
+            temperature=max(0.0, temperature),
+            gen=gen,
             ignore_eos=ignore_eos,
             stop=stop,
-            request_id=request_id,
-            kind=kind,
-            prompt_tokens=prompt_tokens,
             n_param=n_param,
-            continues=continues,
+            rng=random.Random(hash((s, counter, self.config.seed, 0x5EED))),
+            skip=skip,
         )
-        speculate(self.spec, req)
+        self._speculate(req)
         return req
 
     def add_request(self, req: EngineRequest, now: float) -> None:
@@ -160,6 +169,20 @@ class Engine:
             return False
         return True
 
+    def _speculate(self, req: EngineRequest) -> None:
+        """Set up ``req``'s acceptance on this engine's drafter (none for a plain engine):
+        per-position counters, and the acceptance curve of a drafter that is not text-based
+        (a text-based one gets its proposer when the prompt is prefilled)."""
+        spec = self.spec
+        if spec is None:
+            return
+        if not req.accepted_per_pos:
+            req.accepted_per_pos = [0] * spec.k
+        if spec.synthetic:
+            req.cond = synthetic_curve(spec.synthetic_rates, spec.synthetic_length, spec.k)
+        elif not spec.text_based:
+            req.cond = curve_for(spec.method, req.gen.kind, req.temperature, spec.k)
+
     def release(self, req: EngineRequest) -> bool:
         """Take an unfinished request off this engine without finishing it: the gateway
         continues it on the sibling (:meth:`adopt`). To vLLM this is the client going away,
@@ -178,7 +201,7 @@ class Engine:
         req.recompute = len(req.output)
         req.prefilled = 0
         req.continued = True
-        speculate(self.spec, req)
+        self._speculate(req)
         spec = self.spec
         if spec is None:
             req.proposer = None
@@ -438,3 +461,14 @@ class Engine:
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)
+
+
+def _answered(gen: AnswerGenerator, given: str) -> int:
+    """How many of ``gen``'s tokens the given text covers: the first count whose text is at
+    least as long (aligned on text, not on a second tokenization of it, which need not
+    split where the answer's tokens did)."""
+    n = chars = 0
+    while chars < len(given) and n < 1 << 20:
+        chars += len(gen.token(n))
+        n += 1
+    return n

@@ -28,61 +28,47 @@ def _entry(token: str, logprob: float) -> dict[str, Any]:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 
 
-def chat_logprobs(req: EngineRequest, start: int, tokens: list[str], top: int) -> dict[str, Any]:
-    """The chat shape for answer tokens ``start ...`` of ``req`` (``tokens`` as sent)."""
-    gen, content = req.gen, []
-    for j, tok in enumerate(tokens):
-        i = req.skip + start + j
-        alts = gen.top(i, top) if top else []
-        item = _entry(tok, gen.logprob(i))
-        item["top_logprobs"] = [_entry(tok if n == 0 else t, lp) for n, (t, lp) in enumerate(alts)]
-        content.append(item)
-    return {"content": content}
+class ChoiceLogprobs:
+    """One choice's logprobs, chunk by chunk: :meth:`next` gives those of the answer tokens
+    sent in a chunk (``text_offset`` running on from the text already sent; with ``echo`` the
+    first call puts the prompt's tokens first)."""
 
-
-class CompletionLogprobs:
-    """The completions shape for one choice, built chunk by chunk (``text_offset`` runs on
-    from the text already sent)."""
-
-    def __init__(self, req: EngineRequest, top: int) -> None:
-        self.req, self.top = req, top
-        self.offset = 0  # characters of the choice's text so far
+    def __init__(self, req: EngineRequest, top: int, *, chat: bool, echo: bool) -> None:
+        self.req, self.top, self.chat = req, top, chat
+        self.echo = echo and not chat  # chat's echo is not emulated
         self.done = 0  # answer tokens so far
+        self.offset = 0  # characters of the choice's text so far (completions)
 
-    def prompt(self) -> dict[str, Any]:
-        """The prompt's tokens (``echo``)."""
-        toks = self.req.prompt_tokens
-        values = prompt_logprobs(toks)
-        tops: list[dict[str, float] | None] = [
-            None if v is None else {t: v} for t, v in zip(toks, values, strict=True)
-        ]
-        return self._shape(toks, values, tops)
-
-    def answer(self, tokens: list[str]) -> dict[str, Any]:
-        """The next answer tokens, as sent."""
-        gen, base = self.req.gen, self.req.skip + self.done
+    def next(self, tokens: list[str]) -> dict[str, Any]:
+        """The shape for the next answer ``tokens``, as sent."""
+        start = self.req.skip + self.done
+        self.done += len(tokens)
+        if self.chat:
+            return {"content": [self._chat_entry(start + j, tok) for j, tok in enumerate(tokens)]}
+        toks: list[str] = []
         values: list[float | None] = []
         tops: list[dict[str, float] | None] = []
+        if self.echo:  # the prompt's tokens come first
+            self.echo = False
+            toks = list(self.req.prompt_tokens)
+            values = prompt_logprobs(toks)
+            tops = [None if v is None else {t: v} for t, v in zip(toks, values, strict=True)]
+        gen = self.req.gen
         for j, tok in enumerate(tokens):
-            lp = gen.logprob(base + j)
+            lp = gen.logprob(start + j)
+            alts = gen.top(start + j, self.top + 1)
+            toks.append(tok)
             values.append(lp)
-            alts = gen.top(base + j, self.top + 1)
             tops.append({tok: lp, **{t: v for t, v in alts[1:] if t != tok}})
-        self.done += len(tokens)
-        return self._shape(tokens, values, tops)
-
-    def _shape(
-        self, tokens: list[str], values: list[float | None], tops: list[dict[str, float] | None]
-    ) -> dict[str, Any]:
         offsets = []
-        for tok in tokens:
+        for tok in toks:
             offsets.append(self.offset)
             self.offset += len(tok)
-        return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": tops}
+        return {"text_offset": offsets, "token_logprobs": values, "tokens": toks, "top_logprobs": tops}
 
-
-def joined(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
-    """Two completions-shape parts as one (the prompt's, then the answer's)."""
-    if a is None:
-        return b
-    return {k: a[k] + b[k] for k in ("text_offset", "token_logprobs", "tokens", "top_logprobs")}
+    def _chat_entry(self, i: int, tok: str) -> dict[str, Any]:
+        gen = self.req.gen
+        alts = gen.top(i, self.top) if self.top else []
+        item = _entry(tok, gen.logprob(i))
+        item["top_logprobs"] = [_entry(tok if n == 0 else t, lp) for n, (t, lp) in enumerate(alts)]
+        return item

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway.emulator.emulated import EmulatedEngine, cut_connection, json_response
 from gateway.emulator.engine import EngineRequest, TokenEvent
-from gateway.emulator.logprobs import CompletionLogprobs, chat_logprobs, joined
+from gateway.emulator.logprobs import ChoiceLogprobs
 from gateway.emulator.protocol import SSE_DONE, ParsedRequest, chunk, full_response, sse, usage
 
 
@@ -34,23 +34,8 @@ def _spec_metrics(reqs: list[EngineRequest]) -> dict[str, Any]:
     }
 
 
-class _Logprobs:
-    """One choice's logprobs, chunk by chunk (:mod:`gateway.emulator.logprobs`)."""
-
-    def __init__(self, pr: ParsedRequest, req: EngineRequest) -> None:
-        self.req, self.top, self.chat = req, pr.logprobs or 0, pr.chat
-        self.sent = 0
-        self.completion = None if pr.chat else CompletionLogprobs(req, self.top)
-        self.echo = pr.echo and not pr.chat
-
-    def next(self, tokens: list[str]) -> dict[str, Any]:
-        if self.completion is None:
-            out = chat_logprobs(self.req, self.sent, tokens, self.top)
-            self.sent += len(tokens)
-            return out
-        head = self.completion.prompt() if self.echo else None
-        self.echo = False
-        return joined(head, self.completion.answer(tokens))
+def _logprobs(pr: ParsedRequest, req: EngineRequest) -> ChoiceLogprobs:
+    return ChoiceLogprobs(req, pr.logprobs or 0, chat=pr.chat, echo=pr.echo)
 
 
 def _prompt_total(pr: ParsedRequest) -> int:
@@ -97,7 +82,7 @@ async def unary_response(
         choices=choices,
         prompt_tokens=_prompt_total(pr),
         completion_tokens=sum(len(r.output) for r in reqs),
-        logprobs=None if pr.logprobs is None else [_Logprobs(pr, r).next(r.output) for r in reqs],
+        logprobs=None if pr.logprobs is None else [_logprobs(pr, r).next(r.output) for r in reqs],
     )
     if h.per_request_metrics and h.engine.spec is not None:
         body["metrics"] = _spec_metrics(reqs)
@@ -126,7 +111,7 @@ async def stream_response(
     for r in reqs:
         h.driver.submit(h.engine, r)
     started = [False] * len(reqs)
-    lps = [_Logprobs(pr, r) for r in reqs] if pr.logprobs is not None else None
+    lps = [_logprobs(pr, r) for r in reqs] if pr.logprobs is not None else None
     echo = pr.echo and not pr.chat
     left = len(reqs)
     chunks = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import openai
 import pytest
@@ -90,25 +91,18 @@ async def test_sdk_through_gateway_to_emulated_pair(pair_config: Callable[..., G
         assert forced.headers["x-specgate-reason"] == "refused_params"
 
         # logprobs pass through as the engine wrote them, streamed and not
-        scored = await client.chat.completions.create(
-            model="qwen3-8b",
-            messages=EDIT,  # type: ignore[arg-type]
-            temperature=0,
-            max_tokens=12,
-            logprobs=True,
-            top_logprobs=2,
-        )
+        ask: dict[str, Any] = {
+            "model": "qwen3-8b",
+            "messages": EDIT,
+            "temperature": 0,
+            "max_tokens": 12,
+            "logprobs": True,
+        }
+        scored = await client.chat.completions.create(**ask, top_logprobs=2)
         content = scored.choices[0].logprobs.content  # type: ignore[union-attr]
         assert content and "".join(e.token for e in content) == scored.choices[0].message.content
         assert all(len(e.top_logprobs) == 2 for e in content)
-        scored_stream = await client.chat.completions.create(
-            model="qwen3-8b",
-            messages=EDIT,  # type: ignore[arg-type]
-            temperature=0,
-            max_tokens=12,
-            logprobs=True,
-            stream=True,
-        )
+        scored_stream = await client.chat.completions.create(**ask, stream=True)
         tokens = [
             e.token
             async for c in scored_stream

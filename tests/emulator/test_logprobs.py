@@ -12,21 +12,13 @@ from gateway.emulator.launch import EmulatorGroup
 from gateway.emulator.textgen import AnswerGenerator, prompt_logprobs
 from gateway.text import tokenize
 from tests.emulator.prompts import CHATS, EDITS
+from tests.emulator.sdk import sdk_client
 
 pytestmark = pytest.mark.timeout(60)
 
-with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none") as _warm:
-    _ = (_warm.chat.completions, _warm.completions)
-    import openai.types.chat
-    import openai.types.completion
-
-
-def _client(url: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
-
 
 async def test_chat_logprobs_follow_the_answer_and_copies_read_confident(pair: EmulatorGroup) -> None:
-    async with _client(pair.urls[1]) as client:
+    async with sdk_client(pair.urls[1]) as client:
 
         async def answer(prompt: str) -> openai.types.chat.ChatCompletion:
             return await client.chat.completions.create(
@@ -61,7 +53,7 @@ async def test_chat_logprobs_follow_the_answer_and_copies_read_confident(pair: E
 
 
 async def test_chat_stream_carries_each_chunks_logprobs(pair: EmulatorGroup) -> None:
-    async with _client(pair.urls[0]) as client:
+    async with sdk_client(pair.urls[0]) as client:
         stream = await client.chat.completions.create(
             model="qwen3-8b-spec",
             messages=[{"role": "user", "content": EDITS[1]}],
@@ -84,7 +76,7 @@ async def test_chat_stream_carries_each_chunks_logprobs(pair: EmulatorGroup) -> 
 
 async def test_completions_echo_and_logprobs_unary_and_stream(pair: EmulatorGroup) -> None:
     prompt = "the cat sat on the mat, the cat sat on"
-    async with _client(pair.urls[1]) as client:
+    async with sdk_client(pair.urls[1]) as client:
         r = await client.completions.create(
             model="qwen3-8b-base", prompt=prompt, echo=True, logprobs=2, max_tokens=12, temperature=0
         )

@@ -14,19 +14,9 @@ from gateway.cli import main as cli_main
 from gateway.emulator.launch import EmulatorGroup
 from gateway.text import tokenize
 from tests.emulator.prompts import CHATS, EDITS
+from tests.emulator.sdk import sdk_client
 
 pytestmark = pytest.mark.timeout(60)
-
-# The SDK imports its resources and builds its response models lazily: do that here,
-# at collection, not on the event loop of the first test.
-with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none") as _warm:
-    _ = (_warm.chat.completions, _warm.completions)
-    import openai.types.chat
-    import openai.types.completion
-
-
-def _client(url: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
 
 
 async def _sse(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> tuple[int, list[str]]:
@@ -44,7 +34,7 @@ async def _state(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
 
 async def test_openai_sdk_streams_chat_with_role_multi_token_deltas_and_usage(pair: EmulatorGroup) -> None:
     spec_url = pair.urls[0]
-    async with _client(spec_url) as client:
+    async with sdk_client(spec_url) as client:
         stream = await client.chat.completions.create(
             model="qwen3-8b-spec",
             messages=[{"role": "user", "content": EDITS[0]}],
@@ -70,7 +60,7 @@ async def test_openai_sdk_streams_chat_with_role_multi_token_deltas_and_usage(pa
 
 async def test_openai_sdk_completions_unary_and_sync_client(pair: EmulatorGroup) -> None:
     base_url = pair.urls[1]
-    async with _client(base_url) as client:
+    async with sdk_client(base_url) as client:
         resp = await client.completions.create(model="qwen3-8b-base", prompt=CHATS[0], max_tokens=7)
     assert resp.object == "text_completion"
     assert resp.choices[0].finish_reason == "length"
@@ -104,7 +94,7 @@ async def test_raw_sse_ends_with_done_and_n_choices(pair: EmulatorGroup) -> None
 
 async def test_min_p_and_logit_bias_refused_by_spec_engine_only(pair: EmulatorGroup) -> None:
     spec_url, base_url = pair.urls
-    async with _client(spec_url) as client:
+    async with sdk_client(spec_url) as client:
         with pytest.raises(openai.BadRequestError) as ei:
             await client.completions.create(
                 model="qwen3-8b-spec", prompt="hi", max_tokens=3, extra_body={"min_p": 0.1}

@@ -12,7 +12,9 @@ and through Envoy asking specgate for each request (``envoy-epp``: that config w
 ``specgate serve --epp-port``; ``envoy-epp-log``: with ``--access-log``, Envoy's access log
 streamed to specgate; ``envoy-epp-split``: the config ``--watch-share`` writes, most
 requests in one round trip to specgate; ``envoy-epp-null``: that layout with ``null_epp.py``, a
-Python EPP on specgate's wire code that decides nothing, in specgate's place). The spec
+Python EPP on specgate's wire code that decides nothing, in specgate's place; ``null-proxy``:
+``null_proxy.py``, an aiohttp forwarder on specgate's stack that decides nothing, the floor of
+the proxy as ``envoy-epp-null`` is the EPP's). The spec
 engine of the pair is the upstream at 127.0.0.2, the plain one at 127.0.0.1 (the EPP names
 engines by address). Envoy runs one worker (``--concurrency 1``, or ``--envoy-workers``), like
 nginx's one worker process; for ``envoy-epp`` the CPU per request is Envoy's plus specgate's
@@ -499,7 +501,8 @@ def main() -> int:
         default="direct,nginx,specgate,envoy,envoy-epp",
         help="comma-separated subset (also: envoy-epp-log, with Envoy's access log streamed to specgate; "
         "envoy-epp-split; envoy-epp-null, the split layout with "
-        "null_epp.py as the EPP: the floor of a Python EPP; litellm)",
+        "null_epp.py as the EPP: the floor of a Python EPP; null-proxy, null_proxy.py: the floor of "
+        "a Python proxy; litellm)",
     )
     ap.add_argument(
         "--watch-share",
@@ -613,6 +616,16 @@ def main() -> int:
             pids["specgate"] = [procs[-1].pid]
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
+
+        if "null-proxy" in targets:  # the proxy's floor (null_proxy.py) on the proxy's CPUs
+            npf = tmp / "null-proxy.port"
+            null = [sys.executable, str(Path(__file__).with_name("null_proxy.py"))]
+            procs.append(
+                subprocess.Popen(wrap([*null, "--upstream", f"127.0.0.1:{up}", "--port-file", str(npf)], 2))
+            )
+            pids["null-proxy"] = [procs[-1].pid]
+            urls["null-proxy"] = f"http://127.0.0.1:{_wait_port_file(npf)}"
+            _wait_http(urls["null-proxy"] + "/health")
 
         envoy_version = None
         envoy = envoy_binary()

@@ -7,7 +7,7 @@ upstream, the gateway (``build_app`` with the real telemetry, policy ``always-ba
 raw HTTP client run on one uvloop; requests go one at a time, in alternating batches
 straight to the upstream and through the gateway, and the difference of
 ``time.process_time()`` per request is the gateway's own CPU (its server and client legs
-included). ``--minimal`` measures a bare aiohttp forwarder instead, for scale; ``--gap``
+included). ``--minimal`` measures a bare aiohttp forwarder (``null_proxy.py``) instead, for scale; ``--gap``
 idles between requests (a cold path, as at a low request rate on a busy machine).
 
     .venv/bin/python loadtests/overhead_cpu.py [--stream] [--minimal] [--policy adaptive] [--batches 30]
@@ -30,6 +30,7 @@ import aiohttp
 import uvloop
 from aiohttp import web
 from bench_overhead import _Conn, _payload, upstream_app
+from null_proxy import forwarder
 
 from gateway.api.app import RUNNER_KWARGS, build_app
 from gateway.config import load_config
@@ -49,26 +50,6 @@ models:
 """
 
 
-def _minimal(up: int, session: aiohttp.ClientSession) -> web.Application:
-    url = f"http://127.0.0.1:{up}/v1/chat/completions"
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        data = await request.read()
-        async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
-            if r.headers.get("Content-Type", "").startswith("text/event-stream"):
-                out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-                await out.prepare(request)
-                async for piece in r.content.iter_any():
-                    await out.write(piece)
-                await out.write_eof()
-                return out
-            return web.Response(body=await r.read(), content_type="application/json")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", forward)
-    return app
-
-
 async def _serve(app: web.Application, **kw: Any) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, **kw)
     await runner.setup()
@@ -83,7 +64,9 @@ async def run(args: argparse.Namespace) -> list[float]:
     runners.append(up_runner)
     session = aiohttp.ClientSession()
     if args.minimal:
-        gw_runner, gw = await _serve(_minimal(up, session), access_log=None, handler_cancellation=True)
+        gw_runner, gw = await _serve(
+            forwarder(f"127.0.0.1:{up}", session), access_log=None, handler_cancellation=True
+        )
     else:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "gateway.yaml"

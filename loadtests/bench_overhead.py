@@ -617,14 +617,18 @@ def main() -> int:
             urls["specgate"] = f"http://127.0.0.1:{gport}"
             _wait_http(urls["specgate"] + "/health")
 
-        if "null-proxy" in targets:  # the proxy's floor (null_proxy.py) on the proxy's CPUs
-            npf = tmp / "null-proxy.port"
-            null = [sys.executable, str(Path(__file__).with_name("null_proxy.py"))]
-            procs.append(
-                subprocess.Popen(wrap([*null, "--upstream", f"127.0.0.1:{up}", "--port-file", str(npf)], 2))
-            )
-            pids["null-proxy"] = [procs[-1].pid]
-            urls["null-proxy"] = f"http://127.0.0.1:{_wait_port_file(npf)}"
+        def null_server(script: str, flag: str) -> tuple[int, int]:
+            """A null reference of this folder (``null_proxy.py``, ``null_epp.py``) on the
+            proxy's CPUs, sending everything to the upstream: its pid and port."""
+            pf = tmp / f"{script}.port"
+            cmd = [sys.executable, str(Path(__file__).with_name(script)), flag, f"127.0.0.1:{up}"]
+            procs.append(subprocess.Popen(wrap([*cmd, "--port-file", str(pf)], 2)))
+            return procs[-1].pid, _wait_port_file(pf)
+
+        if "null-proxy" in targets:  # the proxy's floor
+            pid, port = null_server("null_proxy.py", "--upstream")
+            pids["null-proxy"] = [pid]
+            urls["null-proxy"] = f"http://127.0.0.1:{port}"
             _wait_http(urls["null-proxy"] + "/health")
 
         envoy_version = None
@@ -638,16 +642,9 @@ def main() -> int:
             epp = name != "envoy"
             gport, eport, xport, aport = _free_port(), _free_port(), _free_port(), _free_port()
             pids[name] = []
-            if name == "envoy-epp-null":  # the null EPP (null_epp.py) in specgate's place
-                npf = tmp / "null-epp.port"
-                null = [sys.executable, str(Path(__file__).with_name("null_epp.py"))]
-                procs.append(
-                    subprocess.Popen(
-                        wrap([*null, "--endpoint", f"127.0.0.1:{up}", "--port-file", str(npf)], 2)
-                    )
-                )
-                pids[name].append(procs[-1].pid)
-                eport = _wait_port_file(npf)
+            if name == "envoy-epp-null":  # the null EPP in specgate's place
+                pid, eport = null_server("null_epp.py", "--endpoint")
+                pids[name].append(pid)
             gconf = tmp / f"gateway-{name}.yaml"
             _write_gateway_conf(gconf, port=gport, up=up, args=args, epp_port=eport)
             econf = tmp / f"{name}.yaml"

@@ -19,9 +19,19 @@ from aiohttp import web
 
 from gateway.engines.runtime import EngineRuntime
 from gateway.proxy.handoff import MoveRelay, Side, release
-from gateway.proxy.move import Continuation
+from gateway.proxy.idle import IdleTimer
+from gateway.proxy.move import OPENING, Continuation
 from gateway.proxy.result import ProxyResult
-from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
+from gateway.proxy.sse import (
+    CONTENT,
+    DONE,
+    REASONING,
+    Harvest,
+    Patterns,
+    error_event,
+    rewrite_model,
+    token_kind,
+)
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
@@ -126,7 +136,7 @@ class StreamRelay(MoveRelay):
         buf = b""
         saw_done = False
         broken: str | None = None
-        idle = _IdleTimer(loop, t.idle_s, deadline)
+        idle = IdleTimer(loop, t.idle_s, deadline)
         ticket = self._enlist(rt)
         cont: Continuation | None = None
         try:
@@ -158,7 +168,7 @@ class StreamRelay(MoveRelay):
                                 ticket = None
                     if saw_done:
                         break
-                    if ticket is not None and ticket.wanted:
+                    if ticket is not None and ticket.wanted and ticket.phase != OPENING:
                         idle.touch(tm)  # the sibling's answer is bounded by its own budget
                         cont = await self._move(side, ticket, deadline)
                         self._withdraw(ticket)  # a stream moves at most once
@@ -249,7 +259,9 @@ class StreamRelay(MoveRelay):
             rt.name,
         )
 
-    def _token_seen(self, result: ProxyResult) -> None:
+    def _token_seen(self, result: ProxyResult, kind: int) -> None:
+        """A token reached the client: the first of any kind (reasoning, content or a tool
+        call) is the answer's TTFT, the first content its time to first content."""
         now = time.monotonic()
         if result.first_token_at is None:
             result.first_token_at = now
@@ -257,6 +269,12 @@ class StreamRelay(MoveRelay):
                 self.telemetry.first_token()
             except Exception:
                 log.exception("telemetry first_token failed")
+        if kind == CONTENT and result.first_content_at is None:
+            result.first_content_at = now
+            try:
+                self.telemetry.first_content()
+            except Exception:
+                log.exception("telemetry first_content failed")
         result.last_token_at = now
 
     def _event(
@@ -280,9 +298,10 @@ class StreamRelay(MoveRelay):
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
                     if old in data:
-                        if _has_content(data):
+                        if kind := token_kind(data):
                             harvest.content_events += 1
-                            self._token_seen(result)
+                            harvest.reasoning_events += kind == REASONING
+                            self._token_seen(result, kind)
                         return b"data: " + data.replace(old, new, 1) + b"\n\n", False
             try:
                 obj = json.loads(data)
@@ -295,8 +314,8 @@ class StreamRelay(MoveRelay):
                     return b"", False
                 if "model" in obj:
                     obj["model"] = self.client_model
-            if harvest.take(obj):
-                self._token_seen(result)
+            if kind := harvest.take(obj):
+                self._token_seen(result, kind)
             if harvest.error is not None and (err := engine_error(obj, None)) is not None:
                 return b"data: " + json.dumps(err).encode() + b"\n\n", False  # the gateway's shape
             if swallow_usage and obj.get("choices") == [] and "usage" in obj:
@@ -313,70 +332,6 @@ def _slow(data: bytes) -> bool:
     """The event may carry usage, an error or per-request metrics: parse it (no generator:
     this runs for every event of every stream)."""
     return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
-
-
-_CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
-
-
-def _has_content(data: bytes) -> bool:
-    """The chunk carries a non-empty ``delta.content`` (chat) or ``text`` (completions)."""
-    for key in _CONTENT_KEYS:
-        i = data.find(key)
-        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
-            return True
-    return False
-
-
-class _IdleTimer:
-    """The idle/total limit of a stream without a timer per chunk: ``touch`` moves the
-    expiry forward (a float store); the one armed timer, when it fires early, re-arms
-    itself for the new expiry, and only a real expiry fires the ``asyncio.timeout``
-    (rescheduled to now, so cancellation and TimeoutError keep asyncio's semantics)."""
-
-    __slots__ = ("_deadline", "_handle", "_idle_s", "_loop", "_tm", "expires", "waiting_client")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float, deadline: float) -> None:
-        self._loop = loop
-        self._idle_s = idle_s
-        self._deadline = deadline
-        self._tm: asyncio.Timeout | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self.expires = deadline
-        self.waiting_client = False  # the limit running is the client's (a write), not the engine's
-
-    def touch(self, tm: asyncio.Timeout) -> None:
-        """Waiting for the engine: its idle limit (within the request's total)."""
-        self.waiting_client = False
-        self._arm(tm, min(self._deadline, self._loop.time() + self._idle_s))
-
-    def client(self, tm: asyncio.Timeout, stall_s: float) -> None:
-        """Waiting for the client to take a write: its own stall limit (the total does not
-        apply here: it would blame whoever is read next)."""
-        self.waiting_client = True
-        self._arm(tm, self._loop.time() + stall_s)
-
-    def _arm(self, tm: asyncio.Timeout, expires: float) -> None:
-        self.expires = expires
-        if self._handle is not None and self._handle.when() > expires:
-            self._handle.cancel()
-            self._handle = None
-        if self._handle is None:
-            self._tm = tm
-            self._handle = self._loop.call_at(self.expires, self._check)
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if now < self.expires:
-            self._handle = self._loop.call_at(self.expires, self._check)
-        elif self._tm is not None and self._tm.expired() is False:
-            self._handle = None
-            self._tm.reschedule(now)  # fires the timeout on the next loop iteration
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._tm = None
 
 
 async def _last_words(out: web.StreamResponse, message: str) -> None:

@@ -59,6 +59,8 @@ class FakeEngine:
     continuation_as_reasoning: bool = False
     pause_at: int = 0  # stream: the event after which ``gate`` is awaited
     paused: asyncio.Event = field(default_factory=asyncio.Event)  # set when the gate is reached
+    hold_after: int | None = None  # stream: the event after which ``hold`` is awaited
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -92,6 +94,8 @@ class FakeEngine:
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
+        if isinstance(body.get("prompt"), str):  # the fake's prompts count PROMPT_TOKENS; text its own
+            return web.json_response({"count": self._answer_tokens(body["prompt"]), "tokens": []})
         return web.json_response({"count": self._prompt_tokens(body)[0], "tokens": []})
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -215,6 +219,8 @@ class FakeEngine:
                     self.paused.set()
                     if self.gate is not None:
                         await self.gate.wait()
+                if i == self.hold_after:
+                    await self.hold.wait()
                 if i == 0 and self.die_after_first:
                     assert request.transport is not None
                     request.transport.close()

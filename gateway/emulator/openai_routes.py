@@ -17,21 +17,20 @@ from aiohttp import web
 
 from gateway.emulator.emulated import ENGINE, EmulatedEngine, cut_connection, json_response
 from gateway.emulator.engine import EngineRequest
+from gateway.emulator.errors import ApiError, error_body
 from gateway.emulator.protocol import (
     SPEC_UNSUPPORTED_MESSAGE,
     SSE_DONE,
     VOCAB_SIZE,
-    ApiError,
     ParsedRequest,
-    chat_prompt,
     check_body,
-    error_body,
     models_body,
     new_id,
     parse_request,
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
+from gateway.emulator.template import chat_prompt
 from gateway.text import tokenize
 
 
@@ -64,7 +63,7 @@ async def post_tokenize(request: web.Request) -> web.Response:
     try:
         body = check_body(await _json_body(request), cfg.served_model_name)
         if "messages" in body:
-            text = chat_prompt(body)[0]
+            text = chat_prompt(body)
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
@@ -162,7 +161,6 @@ def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[Engin
                     stop=pr.stop,
                     request_id=f"{rid}-{p_i}-{c}",
                     n_param=pr.n,
-                    continues=pr.continues,
                 )
             )
     return reqs

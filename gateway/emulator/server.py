@@ -25,7 +25,7 @@ from aiohttp import web
 
 from gateway.emulator import admin_routes, openai_routes
 from gateway.emulator.emulated import ENGINE, EmulatedEngine, json_response, make_engine
-from gateway.emulator.protocol import error_body
+from gateway.emulator.errors import error_body
 
 __all__ = ["ENGINE", "EmulatedEngine", "bound_port", "build_engine_app", "make_engine", "serve_app"]
 

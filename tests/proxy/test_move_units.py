@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.emulator.template import chat_template
+from gateway.pipeline.continuation import assistant_text
 from gateway.proxy.move import CONTENT, FINISHED, OPENING, Continuation, MoveBoard, sent_answer
 from gateway.proxy.sse import Harvest
 from gateway.routing.types import Route
@@ -90,3 +92,27 @@ def test_learning_sees_reasoning_and_content_as_one_generated_sequence() -> None
     assert h.reasoning_tokens == 8  # the completion tokens' share by characters (4 of 5)
     h.take({"choices": [], "usage": {"completion_tokens_details": {"reasoning_tokens": 6}}})
     assert h.reasoning_tokens == 6  # the engine's own count when it gives one
+
+
+def test_an_answer_still_thinking_cannot_be_continued_through_the_template() -> None:
+    """Why a stream moves only once its think block has ended: Qwen3's template renders a
+    continued final message after a think block it closes itself, so a partial reasoning
+    given back either way comes out closed, and the model would stop thinking."""
+    user = [{"role": "user", "content": "Q"}]
+    head = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+    as_content = [*user, {"role": "assistant", "content": "<think>\nLet me"}]
+    as_field = [*user, {"role": "assistant", "content": "", "reasoning_content": "Let me"}]
+    assert (
+        chat_template(as_content, add_generation_prompt=False, continue_final_message=True)
+        == head + "<think>\n\n</think>\n\n<think>\nLet me"
+    )
+    assert (
+        chat_template(as_field, add_generation_prompt=False, continue_final_message=True)
+        == head + "<think>\nLet me\n</think>\n\n"
+    )
+    # after the think block the answer so far renders exactly as it was generated
+    done = [*user, {"role": "assistant", "content": assistant_text("\nLet me think.\n", "\n\nOnce")}]
+    assert (
+        chat_template(done, add_generation_prompt=False, continue_final_message=True)
+        == head + "<think>\nLet me think.\n</think>\n\nOnce"
+    )

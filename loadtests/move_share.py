@@ -20,7 +20,11 @@ import argparse
 import contextlib
 import io
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.emulator.device import Device
 from gateway.sim import cli_simulate
@@ -29,9 +33,12 @@ SHARES = (0.25, 0.5, 0.75, 0.9)  # reasoning's share of an answer's tokens
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     cli_simulate.configure(parser)
-    args = parser.parse_args(["--policies", "adaptive", "--out", "/tmp/move-share", *argv])
+    out = tempfile.mkdtemp(prefix="move-share-")  # the simulator's report files: not read here
+    args = parser.parse_args(["--policies", "adaptive", "--out", out, *argv])
     moved: list[tuple[int, Any]] = []  # (tokens when moved, the request: its final output later)
     real = Device.migrate
 
@@ -54,7 +61,10 @@ def main(argv: list[str]) -> int:
         kept = sum(max(0, min(len(r.output), round(f * len(r.output))) - done) for done, r in moved)
         thinking = sum(done < f * len(r.output) for done, r in moved)
         share = kept / total if total else 0.0
-        print(f"reasoning {f:.0%} of each answer: {thinking} moved mid-reasoning; {share:.0%} of the moved tokens stay")
+        print(
+            f"reasoning {f:.0%} of each answer: {thinking} moved mid-reasoning;",
+            f"{share:.0%} of the moved tokens stay",
+        )
     return 0
 
 

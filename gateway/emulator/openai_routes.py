@@ -30,8 +30,7 @@ from gateway.emulator.protocol import (
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
-from gateway.emulator.template import chat_prompt
-from gateway.text import tokenize
+from gateway.emulator.template import chat_prompt, model_tokenize
 
 
 def _err(e: ApiError) -> web.Response:
@@ -70,7 +69,7 @@ async def post_tokenize(request: web.Request) -> web.Response:
             raise ApiError("prompt must be a string (or give messages)", param="prompt")
     except ApiError as e:
         return _err(e)
-    ids = [zlib.crc32(t.encode()) % VOCAB_SIZE for t in tokenize(text)]
+    ids = [zlib.crc32(t.encode()) % VOCAB_SIZE for t in model_tokenize(text)]
     return json_response(
         {"count": len(ids), "max_model_len": cfg.max_model_len, "tokens": ids, "token_strs": None}
     )

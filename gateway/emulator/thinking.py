@@ -26,7 +26,7 @@ import math
 from collections import OrderedDict
 from typing import Protocol
 
-from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN
+from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN, model_tokenize
 from gateway.emulator.textgen import (
     _FILLER_RANKED,
     _NOVEL,
@@ -322,7 +322,7 @@ class AnswerMemory:
         for begun, seed, temp in sorted(found, key=lambda k: -len(k[0])):
             given = prompt[len(begun) :]
             whole = answer_stream(
-                begun, tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
+                begun, model_tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
             )
             if _text_starts(whole, given):
                 return begun, given, seed
@@ -349,7 +349,7 @@ def answer_for(
             begun, given, seed = found
     if memory is not None:
         memory.remember(begun, seed, temperature)
-    begun_toks = toks if begun == prompt else tokenize(begun)
+    begun_toks = toks if begun == prompt else model_tokenize(begun)
     return answer_stream(
         begun, begun_toks, given, seed=seed, temperature=temperature, kind=kind, thinking=thinking
     )

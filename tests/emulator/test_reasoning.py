@@ -8,6 +8,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.emulator.device import Device
@@ -75,6 +76,13 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     # <think> \n reasoning \n </think> \n\n content: every one a generated token
     own = len(tokenize(reasoning.strip("\n"))) + len(tokenize(content.lstrip("\n")))
     assert whole.usage.completion_tokens == own + 5
+    # /tokenize counts a thinking answer's text as the tokens generated, and a chat's
+    # rendered messages as the prompt tokens billed
+    async with aiohttp.ClientSession() as s:
+        async with s.post(spec_url + "/tokenize", json={"prompt": raw}) as r:
+            assert (await r.json())["count"] == whole.usage.completion_tokens
+        async with s.post(spec_url + "/tokenize", json={"messages": USER}) as r:
+            assert (await r.json())["count"] == whole.usage.prompt_tokens
     async with sdk_client(spec_url) as client:
         stream = await client.chat.completions.create(
             model=SPEC,

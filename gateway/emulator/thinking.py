@@ -13,8 +13,8 @@ so an answer told it thought nothing (an empty think block) goes on differently.
 Where an answer starts is read from the prompt's text, as a real engine reads it: the
 text after the last opened assistant turn (``<|im_start|>assistant\\n`` with no end of
 turn after it, what ``continue_final_message`` renders) is the answer given so far; a
-server's engines also remember the prompts they answered, so a ``/v1/completions`` prompt
-that is an earlier prompt plus the start of that prompt's answer continues the answer.
+server's engines also remember the raw prompts (no chat turns) they answered, so a raw
+prompt that is an earlier one plus the start of its answer continues that answer.
 Given the start of its own answer (at temperature 0), an engine generates the rest of
 that same answer, from any point: inside the think block, after it, in the middle of a
 token.
@@ -285,8 +285,8 @@ def _text_starts(stream: AnswerStream, text: str) -> bool:
 
 
 class AnswerMemory:
-    """Prompts a server's engines answered (the last ``size``), with each answer's seed and
-    temperature: the answers one model's weights would give again."""
+    """Raw prompts (no chat turns) a server's engines answered, the last ``size``, with each
+    answer's seed and temperature: the answers one model's weights would give again."""
 
     def __init__(self, size: int = 512, key_chars: int = 32) -> None:
         self.size, self.key_chars = size, key_chars
@@ -343,11 +343,10 @@ def answer_for(
     begun in its open assistant turn, or of a remembered prompt's answer that it extends,
     else a new one; a ``thinking`` engine (one with a reasoning parser) thinks first."""
     begun, given = split_turn(prompt) or (prompt, "")
-    if not given and memory is not None:
+    if memory is not None and ASSISTANT_TURN not in prompt:  # raw text: no turn to read it from
         found = memory.find(prompt, temperature, kind=kind, thinking=thinking)
         if found is not None:
             begun, given, seed = found
-    if memory is not None:
         memory.remember(begun, seed, temperature)
     begun_toks = toks if begun == prompt else model_tokenize(begun)
     return answer_stream(

@@ -80,7 +80,12 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     # rendered messages as the prompt tokens billed
     async with aiohttp.ClientSession() as s:
         async with s.post(spec_url + "/tokenize", json={"prompt": raw}) as r:
-            assert (await r.json())["count"] == whole.usage.completion_tokens
+            counted = await r.json()
+        assert counted["count"] == whole.usage.completion_tokens
+        async with s.post(spec_url + "/detokenize", json={"tokens": counted["tokens"]}) as r:
+            assert (await r.json())["prompt"] == raw
+        async with s.post(spec_url + "/detokenize", json={"tokens": ["x"]}) as r:
+            assert r.status == 400
         async with s.post(spec_url + "/tokenize", json={"messages": USER}) as r:
             assert (await r.json())["count"] == whole.usage.prompt_tokens
     async with sdk_client(spec_url) as client:

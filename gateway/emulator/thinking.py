@@ -47,7 +47,7 @@ REASONING_PARAMS: dict[PromptKind, KindParams] = {
     PromptKind.CHAT: _R(copy_prob=0.03, copy_len=3.0, novel_len=60.0, skip_len=0, sequential=False),
 }
 REASONING_TOKENS = (60, 360)  # the range of a reasoning's natural length
-_LOG_MARKER = math.log(0.999)  # the think markers: the model is sure of them
+_LOG_MARKER = math.log(0.999)  # the think markers and their newlines: the model is sure of them
 
 
 class AnswerStream(Protocol):
@@ -144,9 +144,10 @@ class ThinkingAnswer:
         h = len(self._head)
         if i >= h:
             return self._content.logprob(i - h)
-        if self._reasoning is not None and 2 <= i < h - 3:
-            return self._reasoning.logprob(i - 2)
-        return _LOG_MARKER if i in (0, h - 2) else token_logprob(self._head[i], _NOVEL)
+        if 2 <= i < h - 3:  # the reasoning: the model's own, or given (then as new words)
+            r = self._reasoning
+            return r.logprob(i - 2) if r is not None else token_logprob(self._head[i], _NOVEL)
+        return _LOG_MARKER  # the markers and the newlines around them
 
     def top(self, i: int, k: int) -> list[tuple[str, float]]:
         h = len(self._head)

@@ -110,6 +110,13 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     )
 
 
+async def test_logprobs_cover_every_generated_token(thinking: EmulatorGroup) -> None:
+    r = await _chat(thinking.urls[0], SPEC, USER, logprobs=True, top_logprobs=2, max_tokens=40)
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == 40 and entries[0].token == "<think>" and entries[0].logprob > -0.01
+    assert all(len(e.top_logprobs) == 2 for e in entries)
+
+
 async def test_max_tokens_bounds_reasoning_and_content(thinking: EmulatorGroup) -> None:
     r = await _chat(thinking.urls[1], BASE, USER, max_tokens=30)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 30

@@ -1,4 +1,5 @@
-"""The emulated server's OpenAI routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+"""The emulated server's OpenAI routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/tokenize`` and ``/detokenize``.
 
 A generation request is checked against the fault knobs, parsed and validated
 (:func:`gateway.emulator.protocol.parse_request`), turned into one engine request per
@@ -30,15 +31,14 @@ from gateway.emulator.protocol import (
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
-from gateway.emulator.template import chat_prompt
-from gateway.text import tokenize
+from gateway.emulator.template import chat_prompt, model_tokenize
 
 
 def _err(e: ApiError) -> web.Response:
     return json_response(e.body(), e.status)
 
 
-async def _json_body(request: web.Request) -> Any:
+async def json_body(request: web.Request) -> Any:
     try:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -61,7 +61,7 @@ async def post_tokenize(request: web.Request) -> web.Response:
         return web.Response(status=503)
     cfg = h.engine.config
     try:
-        body = check_body(await _json_body(request), cfg.served_model_name)
+        body = check_body(await json_body(request), cfg.served_model_name)
         if "messages" in body:
             text = chat_prompt(body)
         elif isinstance(body.get("prompt"), str):
@@ -70,10 +70,47 @@ async def post_tokenize(request: web.Request) -> web.Response:
             raise ApiError("prompt must be a string (or give messages)", param="prompt")
     except ApiError as e:
         return _err(e)
-    ids = [zlib.crc32(t.encode()) % VOCAB_SIZE for t in tokenize(text)]
+    ids = [token_id(t) for t in model_tokenize(text)]
     return json_response(
         {"count": len(ids), "max_model_len": cfg.max_model_len, "tokens": ids, "token_strs": None}
     )
+
+
+# The emulator has no fixed vocabulary: ids are given out as tokens are first seen.
+_IDS: dict[str, int] = {}
+_VOCAB: dict[int, str] = {}
+
+
+def token_id(token: str) -> int:
+    """A token's id: a hash of its text below VOCAB_SIZE (the same in every process), the
+    next free id after it where another token took that one first."""
+    i = _IDS.get(token)
+    if i is None:
+        i = zlib.crc32(token.encode()) % VOCAB_SIZE
+        if len(_VOCAB) < VOCAB_SIZE:
+            while i in _VOCAB:
+                i = (i + 1) % VOCAB_SIZE
+            _IDS[token], _VOCAB[i] = i, token
+    return i
+
+
+async def post_detokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /detokenize``: ``tokens`` (ids ``/tokenize`` gave out) → ``prompt``."""
+    h = request.app[ENGINE]
+    if h.dead:
+        cut_connection(request)
+        return web.Response(status=503)
+    try:
+        body = check_body(await json_body(request), h.engine.config.served_model_name)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ApiError("tokens must be a list of token ids", param="tokens")
+        unknown = [i for i in ids if i not in _VOCAB]
+        if unknown:
+            raise ApiError(f"token id {unknown[0]} is out of vocabulary", param="tokens")
+    except ApiError as e:
+        return _err(e)
+    return json_response({"prompt": "".join(_VOCAB[i] for i in ids)})
 
 
 async def post_completions(request: web.Request) -> web.StreamResponse:
@@ -84,11 +121,12 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
-async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
-    h = request.app[ENGINE]
+async def admit(request: web.Request, h: EmulatedEngine) -> tuple[web.StreamResponse | None, int | None]:
+    """The fault knobs a generation request meets first: (the answer it gets instead, if
+    any; after how many chunks its stream crashes, if it does)."""
     if h.dead:
         cut_connection(request)
-        return web.Response(status=503)
+        return web.Response(status=503), None
     h.requests_seen += 1
     f = h.faults
     crash_after_chunks: int | None = None
@@ -96,17 +134,24 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if not f.crash_mid_stream:
             await h.crash()
             cut_connection(request)
-            return web.Response(status=503)
+            return web.Response(status=503), None
         crash_after_chunks = f.mid_stream_chunks
     if f.hang == "accept":
         await h.hang_event().wait()
     if f.error_rate and h.rng.random() < f.error_rate:
-        return json_response(
-            error_body("emulated engine failure (error_rate fault)", "InternalServerError", 500), 500
-        )
+        failure = error_body("emulated engine failure (error_rate fault)", "InternalServerError", 500)
+        return json_response(failure, 500), None
+    return None, crash_after_chunks
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    h = request.app[ENGINE]
+    instead, crash_after_chunks = await admit(request, h)
+    if instead is not None:
+        return instead
     cfg = h.engine.config
     try:
-        body = await _json_body(request)
+        body = await json_body(request)
         pr = parse_request(
             body, chat=chat, served_model_name=cfg.served_model_name, max_model_len=cfg.max_model_len
         )
@@ -126,7 +171,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         await resp.write(sse(err.body()) + SSE_DONE)
         await resp.write_eof()
         return resp
-    reqs = _make_requests(h, pr, rid)
+    reqs = make_requests(h, pr, rid)
     h._open[id(request)] = request
     try:
         if pr.stream:
@@ -141,7 +186,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
                 h.driver.abort(h.engine, r)  # client went away: free the slot at once
 
 
-def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:
+def make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:
     reqs = []
     cfg = h.engine.config
     for p_i, (prompt, toks) in enumerate(zip(pr.prompts, pr.prompt_tokens, strict=True)):

@@ -39,7 +39,9 @@ def _logprobs(pr: ParsedRequest, req: EngineRequest) -> ChoiceLogprobs:
     return ChoiceLogprobs(req, pr.logprobs or 0, chat=pr.chat, echo=pr.echo)
 
 
-def _parsers(h: EmulatedEngine, pr: ParsedRequest, reqs: list[EngineRequest]) -> list[ReasoningParser] | None:
+def parsers_for(
+    h: EmulatedEngine, pr: ParsedRequest, reqs: list[EngineRequest]
+) -> list[ReasoningParser] | None:
     """One reasoning parser per chat choice, when the engine runs one (vLLM parses chat
     answers only: a completion's text keeps its think markers)."""
     cfg = h.engine.config
@@ -52,15 +54,9 @@ def _prompt_total(pr: ParsedRequest) -> int:
     return sum(len(t) for t in pr.prompt_tokens) * pr.n
 
 
-async def unary_response(
-    request: web.Request,
-    h: EmulatedEngine,
-    pr: ParsedRequest,
-    reqs: list[EngineRequest],
-    rid: str,
-    created: int,
-    headers: dict[str, str],
-) -> web.StreamResponse:
+async def run_to_end(request: web.Request, h: EmulatedEngine, reqs: list[EngineRequest]) -> bool:
+    """Submit ``reqs`` and wait until all have finished; False if the engine died first.
+    Raises ConnectionResetError when the client goes away."""
     done = asyncio.Event()
     left = [len(reqs)]
 
@@ -80,11 +76,25 @@ async def unary_response(
         if (tr is None or tr.is_closing()) and not done.is_set():
             raise ConnectionResetError("client disconnected")
         if h.dead:
-            cut_connection(request)
-            return web.Response(status=503)
+            return False
+    return True
+
+
+async def unary_response(
+    request: web.Request,
+    h: EmulatedEngine,
+    pr: ParsedRequest,
+    reqs: list[EngineRequest],
+    rid: str,
+    created: int,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    if not await run_to_end(request, h, reqs):
+        cut_connection(request)
+        return web.Response(status=503)
     echo = pr.echo and not pr.chat
     choices = [((r.prompt if echo else "") + "".join(r.output), r.finish_reason or "stop") for r in reqs]
-    parsers = _parsers(h, pr, reqs)
+    parsers = parsers_for(h, pr, reqs)
     reasoning: list[str] | None = None
     if parsers is not None:
         split = [p.feed(r.output) for p, r in zip(parsers, reqs, strict=True)]
@@ -130,7 +140,7 @@ async def stream_response(
         h.driver.submit(h.engine, r)
     started = [False] * len(reqs)
     lps = [_logprobs(pr, r) for r in reqs] if pr.logprobs is not None else None
-    parsers = _parsers(h, pr, reqs)
+    parsers = parsers_for(h, pr, reqs)
     field = h.engine.config.reasoning_field
     echo = pr.echo and not pr.chat
     left = len(reqs)

@@ -13,8 +13,8 @@ so an answer told it thought nothing (an empty think block) goes on differently.
 Where an answer starts is read from the prompt's text, as a real engine reads it: the
 text after the last opened assistant turn (``<|im_start|>assistant\\n`` with no end of
 turn after it, what ``continue_final_message`` renders) is the answer given so far; a
-server's engines also remember the prompts they answered, so a ``/v1/completions`` prompt
-that is an earlier prompt plus the start of that prompt's answer continues the answer.
+server's engines also remember the raw prompts (no chat turns) they answered, so a raw
+prompt that is an earlier one plus the start of its answer continues that answer.
 Given the start of its own answer (at temperature 0), an engine generates the rest of
 that same answer, from any point: inside the think block, after it, in the middle of a
 token.
@@ -26,7 +26,7 @@ import math
 from collections import OrderedDict
 from typing import Protocol
 
-from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN
+from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN, model_tokenize
 from gateway.emulator.textgen import (
     _FILLER_RANKED,
     _NOVEL,
@@ -47,7 +47,7 @@ REASONING_PARAMS: dict[PromptKind, KindParams] = {
     PromptKind.CHAT: _R(copy_prob=0.03, copy_len=3.0, novel_len=60.0, skip_len=0, sequential=False),
 }
 REASONING_TOKENS = (60, 360)  # the range of a reasoning's natural length
-_LOG_MARKER = math.log(0.999)  # the think markers: the model is sure of them
+_LOG_MARKER = math.log(0.999)  # the think markers and their newlines: the model is sure of them
 
 
 class AnswerStream(Protocol):
@@ -144,9 +144,10 @@ class ThinkingAnswer:
         h = len(self._head)
         if i >= h:
             return self._content.logprob(i - h)
-        if self._reasoning is not None and 2 <= i < h - 3:
-            return self._reasoning.logprob(i - 2)
-        return _LOG_MARKER if i in (0, h - 2) else token_logprob(self._head[i], _NOVEL)
+        if 2 <= i < h - 3:  # the reasoning: the model's own, or given (then as new words)
+            r = self._reasoning
+            return r.logprob(i - 2) if r is not None else token_logprob(self._head[i], _NOVEL)
+        return _LOG_MARKER  # the markers and the newlines around them
 
     def top(self, i: int, k: int) -> list[tuple[str, float]]:
         h = len(self._head)
@@ -285,8 +286,8 @@ def _text_starts(stream: AnswerStream, text: str) -> bool:
 
 
 class AnswerMemory:
-    """Prompts a server's engines answered (the last ``size``), with each answer's seed and
-    temperature: the answers one model's weights would give again."""
+    """Raw prompts (no chat turns) a server's engines answered, the last ``size``, with each
+    answer's seed and temperature: the answers one model's weights would give again."""
 
     def __init__(self, size: int = 512, key_chars: int = 32) -> None:
         self.size, self.key_chars = size, key_chars
@@ -322,7 +323,7 @@ class AnswerMemory:
         for begun, seed, temp in sorted(found, key=lambda k: -len(k[0])):
             given = prompt[len(begun) :]
             whole = answer_stream(
-                begun, tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
+                begun, model_tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
             )
             if _text_starts(whole, given):
                 return begun, given, seed
@@ -343,13 +344,12 @@ def answer_for(
     begun in its open assistant turn, or of a remembered prompt's answer that it extends,
     else a new one; a ``thinking`` engine (one with a reasoning parser) thinks first."""
     begun, given = split_turn(prompt) or (prompt, "")
-    if not given and memory is not None:
+    if memory is not None and ASSISTANT_TURN not in prompt:  # raw text: no turn to read it from
         found = memory.find(prompt, temperature, kind=kind, thinking=thinking)
         if found is not None:
             begun, given, seed = found
-    if memory is not None:
         memory.remember(begun, seed, temperature)
-    begun_toks = toks if begun == prompt else tokenize(begun)
+    begun_toks = toks if begun == prompt else model_tokenize(begun)
     return answer_stream(
         begun, begun_toks, given, seed=seed, temperature=temperature, kind=kind, thinking=thinking
     )

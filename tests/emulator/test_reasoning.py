@@ -8,6 +8,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.emulator.device import Device
@@ -75,6 +76,18 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     # <think> \n reasoning \n </think> \n\n content: every one a generated token
     own = len(tokenize(reasoning.strip("\n"))) + len(tokenize(content.lstrip("\n")))
     assert whole.usage.completion_tokens == own + 5
+    # /tokenize counts a thinking answer's text as the tokens generated, and a chat's
+    # rendered messages as the prompt tokens billed
+    async with aiohttp.ClientSession() as s:
+        async with s.post(spec_url + "/tokenize", json={"prompt": raw}) as r:
+            counted = await r.json()
+        assert counted["count"] == whole.usage.completion_tokens
+        async with s.post(spec_url + "/detokenize", json={"tokens": counted["tokens"]}) as r:
+            assert (await r.json())["prompt"] == raw
+        async with s.post(spec_url + "/detokenize", json={"tokens": ["x"]}) as r:
+            assert r.status == 400
+        async with s.post(spec_url + "/tokenize", json={"messages": USER}) as r:
+            assert (await r.json())["count"] == whole.usage.prompt_tokens
     async with sdk_client(spec_url) as client:
         stream = await client.chat.completions.create(
             model=SPEC,
@@ -95,6 +108,13 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     assert (
         chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     )
+
+
+async def test_logprobs_cover_every_generated_token(thinking: EmulatorGroup) -> None:
+    r = await _chat(thinking.urls[0], SPEC, USER, logprobs=True, top_logprobs=2, max_tokens=40)
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == 40 and entries[0].token == "<think>" and entries[0].logprob > -0.01
+    assert all(len(e.top_logprobs) == 2 for e in entries)
 
 
 async def test_max_tokens_bounds_reasoning_and_content(thinking: EmulatorGroup) -> None:

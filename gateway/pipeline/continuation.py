@@ -8,18 +8,20 @@ and the new engine continues the answer from the text already sent:
 
 - chat: the conversation plus the partial answer as the final assistant message, with
   ``continue_final_message: true`` and ``add_generation_prompt: false`` (vLLM's way to
-  continue a message, rendered by the model's own chat template);
+  continue a message, rendered by the model's own chat template); a reasoning model's
+  answer carries its reasoning in the think block (:func:`assistant_text`);
 - completions: the prompt plus the text so far.
 
-``max_tokens`` (and ``min_tokens``) shrink by the tokens already generated (the engine's
-own count of the text: ``/tokenize``), and the usage reported to the client adds them
-back, so the client sees one answer within its limits.
+``max_tokens`` (and ``min_tokens``) shrink by the tokens already generated, reasoning
+included (the engine's own count of the text: ``/tokenize``), and the usage reported to the
+client adds them back and reports the original prompt's count, so the client sees one
+answer within its limits.
 
 Only requests whose continuation means what the client asked move: one streamed choice,
-no seed (its answer must be reproducible), no log-probabilities or echo (they describe
-tokens the new engine never produced), no tools or structured output (their parser state
-is not in the text), a plain prompt (not token ids), and no stop string the text so far
-ends in the middle of. Everything else drains where it started.
+no seed on a sampled request (its answer must be reproducible), every field of
+:data:`PINNED` at its default, a plain prompt (not token ids), and no stop string the text
+so far ends in the middle of. Everything else drains where it started. (When a stream may
+move, that is, in its content and not finished, is the relay's: :mod:`gateway.proxy.move`.)
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ MIN_TOKENS_LEFT = 64
 # vLLM's own bookkeeping of which is which) would weigh it differently; log-probabilities,
 # echo and token ids would describe tokens the new engine never produced; tools and
 # structured output keep parser state that is not in the text; a prompt truncation would cut
-# the answer so far; beam search keeps beams that the text does not carry. ``n``/``best_of``
+# the answer so far; beam search keeps beams that the text does not carry; text with special
+# tokens left in would be read back as prompt markup. ``min_p`` and ``logit_bias`` keep their
+# meaning, but a speculative engine refuses them (such requests run on the plain engine,
+# whose sibling would answer the move with a 400). ``n``/``best_of``
 # and ``seed`` are checked in :func:`movable` (a seed pins only a sampled request: at
 # temperature 0 decoding is greedy, the seed changes nothing, and the continuation is exact).
 # ``max_tokens``/``max_completion_tokens``/``min_tokens`` keep their meaning: the
@@ -73,6 +78,8 @@ PINNED: dict[str, object] = {
     "use_beam_search": False,
     "length_penalty": 1,
     "skip_special_tokens": True,
+    "min_p": 0,
+    "logit_bias": None,
 }
 
 

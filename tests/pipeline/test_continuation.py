@@ -136,6 +136,8 @@ PINNED_VALUES: dict[str, object] = {
     "use_beam_search": True,
     "length_penalty": 0.8,
     "skip_special_tokens": False,
+    "min_p": 0.05,
+    "logit_bias": {"50256": -100},
 }
 
 

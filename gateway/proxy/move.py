@@ -6,14 +6,17 @@ marks its flip (``Decision.move_from``); the surface asks the model's :class:`Mo
 to move the streams on that route. Each relay that enlisted checks its :class:`MoveTicket`
 between engine reads (a flag test, no timer), and when asked:
 
-1. takes the text it has sent so far from the events it kept (bounded: a stream whose
-   events outgrow :data:`MAX_KEPT_BYTES` withdraws);
-2. asks the sibling how many tokens that text is (vLLM's ``/tokenize``) and for the rest
-   of the answer (:mod:`gateway.pipeline.continuation`), with the attempt's first-byte
-   budget;
+1. takes the answer it has sent so far (reasoning and content) from the events it kept
+   (bounded: a stream whose events outgrow :data:`MAX_KEPT_BYTES` withdraws); a stream
+   still before its content (thinking) waits for its first content, and a finished one
+   (a ``finish_reason`` sent) never moves (:attr:`MoveTicket.phase`);
+2. asks the sibling how many tokens the original prompt and that answer are (vLLM's
+   ``/tokenize``) and for the rest of the answer (:mod:`gateway.pipeline.continuation`),
+   with the attempt's first-byte budget;
 3. once the sibling's first event is in, closes the old engine's response (vLLM aborts
    the request there) and relays the sibling's stream under the original ``id``, without
-   its opening role chunk, its usage adjusted so the client sees one answer.
+   its opening role chunk, its reasoning deltas delivered as content, its usage adjusted
+   so the client sees one answer (:class:`Continuation`).
 
 While the sibling is asked, the old engine's stream is not read (its events wait in the
 socket): if the sibling cannot continue (unreachable, 5xx, too slow, nothing to ask),

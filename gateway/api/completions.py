@@ -17,9 +17,9 @@ from typing import NamedTuple
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.api.auth import HasHeaders, check_client, check_model_access
-from gateway.api.body import check_content_encoding, decoded, parse_body
-from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
+from gateway.api.auth import HasHeaders, check_client, check_model_access, may_override_route
+from gateway.api.body import check_content_encoding, decoded, parse_body, parse_features
+from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
@@ -126,11 +126,12 @@ class Exchange:
         raw = await read_body(self.request, server.max_body_bytes)
         body = await parse_body(raw, server)
         mrt = self.admit_model(model_name(body))
-        parsed = parse_request(
+        parsed = await parse_features(
             body,
+            len(raw),
             self.endpoint,
             self.request.headers.get(ROUTE),
-            allow_override=mrt.config.routing.allow_client_override,
+            allow_override=may_override_route(self.request, mrt.config.routing),
         )
         self.tel = tel = self.start_telemetry()
         decision = self.decide(mrt, parsed.features, tel)

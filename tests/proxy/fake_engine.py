@@ -50,7 +50,7 @@ class FakeEngine:
     spaced_json: bool = False  # json.dumps default separators ('"model": "x"')
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/health", self._health)

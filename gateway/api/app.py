@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway.advisor.metrics import AdviceCollector
 from gateway.api import admin, routes
-from gateway.api.completions import chat_completions, completions
+from gateway.api.completions import chat_completions, completions, responses
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
@@ -113,6 +113,7 @@ def build_app(
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", routes.list_models)
     app.router.add_get("/v1/models/{model}", routes.get_model)
     app.router.add_get("/health", routes.health)

@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from gateway.api.auth import HasHeaders, check_client, check_model_access, may_override_route
 from gateway.api.body import check_content_encoding, decoded, parse_body, parse_features
-from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name
+from gateway.api.features import CHAT, COMPLETIONS, RESPONSES, ParsedRequest, model_name
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
@@ -46,6 +46,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, COMPLETIONS)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses`` (the Responses API): decided as chat; its streams never move."""
+    return await _handle(request, RESPONSES)
 
 
 async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
@@ -210,7 +215,7 @@ class Exchange:
             forward_headers=self.st.forward_headers,
             streams=self.st.streams,
             moves=self.st.moves.setdefault(self.model, MoveBoard())
-            if mrt.config.routing.move_on_flip
+            if mrt.config.routing.move_on_flip and self.endpoint != RESPONSES
             else None,
         )
         return await call.run()

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = """\
 Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
-POST /v1/completions, GET /v1/models, GET /v1/models/{model}) in front of paired
-vLLM engines, plus GET /health, GET /ready, GET /metrics and the admin endpoints
+POST /v1/completions, POST /v1/responses, GET /v1/models, GET /v1/models/{model},
+and vLLM's POST /tokenize and POST /detokenize) in front of paired vLLM engines,
+plus GET /health, GET /ready, GET /metrics and the admin endpoints
 GET /admin/state,
 GET /admin/advice (what n-gram speculation would buy on the traffic so far),
 POST /admin/route (pin a model to an engine) and POST /admin/drain (stop new

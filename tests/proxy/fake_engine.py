@@ -56,6 +56,8 @@ class FakeEngine:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/detokenize", self._tokenize)
         app.router.add_get("/health", self._health)
         return app
 
@@ -83,6 +85,19 @@ class FakeEngine:
             "model": self.model_in_reply or body.get("model"),
             "choices": [choice],
         }
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's tokenizer endpoints, one token per word (ids are word indexes)."""
+        body = await request.json()
+        self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
+        if self.status != 200:
+            err = {"error": {"message": "engine says no", "type": "BadRequestError", "code": self.status}}
+            return web.json_response(err, status=self.status)
+        if request.path == "/detokenize":
+            return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
+        n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
+        answer = {"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None}
+        return web.json_response(answer)
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -30,7 +30,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/specgate \
  && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers,otlp]" \
  && /opt/specgate/bin/python -m pip uninstall -y pip setuptools wheel \
- && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, redis.asyncio, gateway.cli" \
+ && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, brotli, redis.asyncio, gateway.cli" \
  && /opt/specgate/bin/python -c "import opentelemetry.exporter.otlp.proto.grpc.trace_exporter, opentelemetry.exporter.otlp.proto.http.trace_exporter" \
  && python -m compileall -q /opt/specgate
 

@@ -3,8 +3,8 @@
 - Encoding: JSON on the wire is UTF-8 (RFC 8259). A body in UTF-16/32 is refused with a
   400 before anything else looks at it (the engine would not parse it, and the model-name
   splice works on UTF-8 bytes); so is a byte order mark. ``Content-Encoding`` other than
-  identity, gzip, deflate or br is a 415 (br only where the ``brotli`` module is
-  installed); a body that does not decode as its declared encoding, a 400. The gateway
+  identity, gzip, deflate or br (``brotli``, a dependency) is a 415; a body that does not
+  decode as its declared encoding, a 400. The gateway
   decodes bodies itself (aiohttp's own decoding is off), in a worker thread, and stops at
   ``server.max_body_bytes`` of output (a 413): a bomb costs one limit's worth of CPU, off
   the event loop, and an unread rest is never decompressed.
@@ -31,18 +31,15 @@ import json
 import zlib
 from typing import Any
 
+import brotli
+
 from gateway.api.features import ParsedRequest, parse_json, parse_request
 from gateway.config.models import ServerConfig
 from gateway.wire.errors import ApiError
 
-try:
-    import brotli
-except ImportError:  # pragma: no cover - an optional codec
-    brotli = None
-
 _IDENTITY = frozenset({"", "identity"})
 _ZLIB = frozenset({"gzip", "x-gzip", "deflate"})
-ALLOWED_ENCODINGS = _IDENTITY | _ZLIB | ({"br"} if brotli is not None else set())
+ALLOWED_ENCODINGS = _IDENTITY | _ZLIB | {"br"}
 # Every byte but the quote and the bytes counted: deleted before the exact scan.
 _NOT_STRUCTURAL = bytes(b for b in range(256) if b not in b'"{[,')
 _SLICE_BYTES = 64 * 1024

@@ -151,3 +151,18 @@ async def test_a_responses_stream_is_never_moved() -> None:
     assert events.count("response.output_text.delta") == 2 * 4  # event line + type field
     assert '"type":"response.completed"' in events.replace(" ", "") and "[DONE]" not in events
     assert h.base.requests == []
+
+
+async def test_a_broken_stream_raises_in_the_sdk(make_client: Callable[[], openai.AsyncOpenAI]) -> None:
+    client = make_client()
+    async with harness(spec=FakeEngine("m1-spec", die_after_first=True)) as h:
+        client.base_url = h.openai_base  # type: ignore[assignment]
+        try:
+            stream = await client.responses.create(model="m1", input="say hello", temperature=0, stream=True)
+            kinds = []
+            with pytest.raises(openai.APIError, match="broke off the stream"):
+                async for ev in stream:
+                    kinds.append(ev.type)
+            assert kinds == ["response.created"]
+        finally:
+            await client.close()

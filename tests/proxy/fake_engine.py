@@ -119,6 +119,9 @@ class FakeEngine:
                 self.first_sent.set()
                 if self.gate is not None:
                     await self.gate.wait()
+                if self.die_after_first and request.transport is not None:
+                    request.transport.close()
+                    return resp
         await resp.write_eof()
         self.finished.set()
         return resp

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from gateway.emulator.emulated import ENGINE, json_response
-from gateway.emulator.protocol import error_body
+from gateway.emulator.errors import error_body
 
 VLLM_VERSION = "0.20.2"
 

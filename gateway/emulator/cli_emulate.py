@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import signal
 import sys
+from typing import Any
 
 from gateway.emulator.engine import EngineConfig
+from gateway.emulator.engine_types import REASONING_FIELDS, REASONING_PARSER_MODES, REASONING_PARSERS
 from gateway.emulator.faults import Faults
 from gateway.emulator.launch import PAIR_SPEC_CONFIG, EngineLaunch, load_config, pair_launches, start_group
 from gateway.emulator.spec import SpecConfigError, parse_spec_config
@@ -66,6 +68,28 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="none",
         help="'summary' adds metrics.speculative_decoding to responses (vLLM >= 0.29)",
     )
+    g.add_argument(
+        "--reasoning-parser",
+        choices=list(REASONING_PARSERS),
+        default=None,
+        help="a thinking model: <think> reasoning </think> before the content, the reasoning "
+        "apart in chat answers (default: none, as vLLM)",
+    )
+    g.add_argument(
+        "--reasoning-field",
+        choices=list(REASONING_FIELDS),
+        default="reasoning",
+        help="the chat field of the reasoning: newer vLLM's 'reasoning' or older 'reasoning_content' "
+        "(default %(default)s)",
+    )
+    g.add_argument(
+        "--reasoning-parser-mode",
+        choices=list(REASONING_PARSER_MODES),
+        default="prompt-aware",
+        help="prompt-aware (newer vLLM: a prompt whose think block ended makes all output content) or "
+        "generated-only (older: all output before a </think> of its own is reasoning) "
+        "(default %(default)s)",
+    )
     e = p.add_argument_group("emulation")
     e.add_argument(
         "--profile",
@@ -116,6 +140,14 @@ def _faults(args: argparse.Namespace) -> Faults:
     )
 
 
+def _reasoning(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "reasoning_parser": args.reasoning_parser,
+        "reasoning_field": args.reasoning_field,
+        "reasoning_parser_mode": args.reasoning_parser_mode,
+    }
+
+
 def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]:
     if args.config:
         launches, yaml_scale = load_config(args.config)
@@ -135,6 +167,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
             per_request_metrics=args.per_request_spec_decode_metrics == "summary",
             num_gpu_blocks=args.num_gpu_blocks_override,
             spec_cost_scale=args.spec_cost_scale,
+            **_reasoning(args),
         )
         for ln in launches:
             ln.faults = faults.model_copy()
@@ -151,6 +184,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
         seed=args.seed,
         num_gpu_blocks=args.num_gpu_blocks_override,
         spec_cost_scale=args.spec_cost_scale,
+        **_reasoning(args),
     )
     return [
         EngineLaunch(

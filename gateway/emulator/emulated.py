@@ -21,6 +21,7 @@ from gateway.emulator.device import DeviceDriver
 from gateway.emulator.engine import Engine, EngineConfig
 from gateway.emulator.faults import Faults
 from gateway.emulator.metrics import EngineMetrics
+from gateway.emulator.thinking import ANSWERS
 
 
 @dataclass(eq=False)
@@ -86,6 +87,7 @@ def make_engine(
         num_gpu_blocks=config.num_gpu_blocks,
     )
     engine = Engine(config, observer=metrics)
+    engine.memory = ANSWERS  # the model's answers, as every engine of this process gives them
     metrics.engine = engine
     driver.device.attach(engine)
     return EmulatedEngine(

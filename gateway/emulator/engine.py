@@ -60,7 +60,8 @@ from gateway.emulator.engine_types import (
     TokenEvent,
 )
 from gateway.emulator.stepcost import price_step
-from gateway.emulator.textgen import AnswerGenerator, PromptKind, answer_seed
+from gateway.emulator.textgen import PromptKind, answer_seed
+from gateway.emulator.thinking import AnswerMemory, answer_for
 from gateway.physics import StepTimeProfile, get_profile
 from gateway.text import tokenize
 from gateway.text.lookup import Proposer
@@ -102,6 +103,9 @@ class Engine:
         self._kv_capacity = config.num_gpu_blocks * config.block_size
         self.step_overhead_ms = 0.0  # extra host time per step (fault knob / tuning)
         self._released: set[int] = set()  # released while a step was planned (see release)
+        #: prompts answered before, whose continuations go on with their answers (a server's
+        #: engines share :data:`gateway.emulator.thinking.ANSWERS`; the simulator's have none)
+        self.memory: AnswerMemory | None = None
         # suffix decoding's global tree: the answers this engine finished (bounded)
         sx = self.spec.suffix if self.spec is not None else None
         self.answers = AnswerCache(sx.max_cached_requests) if sx is not None else None
@@ -120,21 +124,13 @@ class Engine:
         kind: PromptKind | None = None,
         prompt_tokens: list[str] | None = None,
         n_param: int = 1,
-        continues: tuple[str, str] | None = None,
     ) -> EngineRequest:
-        """``continues``: (the prompt the answer was begun for, the part of it already
-        given) when this request continues an answer (chat's ``continue_final_message``):
-        the answer is that prompt's, from where the given part ends."""
+        """The answer starts where the prompt's text says (:func:`~gateway.emulator.thinking.answer_for`)."""
         counter = next(self._ids)
         toks = prompt_tokens if prompt_tokens is not None else tokenize(prompt)
         s = answer_seed(seed, self.config.seed, counter, temperature)
-        skip = 0
-        if continues is not None:
-            begun, given = continues
-            gen = AnswerGenerator(begun, tokenize(begun), temperature=temperature, seed=s, kind=kind)
-            skip = _answered(gen, given)
-        else:
-            gen = AnswerGenerator(prompt, toks, temperature=temperature, seed=s, kind=kind)
+        thinking = self.config.reasoning_parser is not None
+        gen = answer_for(prompt, toks, s, temperature, kind, thinking=thinking, memory=self.memory)
         req = EngineRequest(
             request_id=request_id or f"req-{counter}",
             prompt=prompt,
@@ -146,7 +142,6 @@ class Engine:
             stop=stop,
             n_param=n_param,
             rng=random.Random(hash((s, counter, self.config.seed, 0x5EED))),
-            skip=skip,
         )
         self._speculate(req)
         return req
@@ -430,8 +425,7 @@ class Engine:
         """Append up to ``n`` answer tokens to ``req`` and decide whether it finished."""
         cfg = self.config
         start = len(req.output)
-        skip = req.skip
-        natural = max(1, req.gen.natural_length - skip) if not req.ignore_eos else 1 << 60
+        natural = max(1, req.gen.natural_length) if not req.ignore_eos else 1 << 60
         limit = max(start + 1, min(req.max_tokens, cfg.max_model_len - req.num_prompt_tokens))
         end = max(start + 1, min(start + n, natural, limit))
         finish: str | None = None
@@ -439,7 +433,7 @@ class Engine:
             finish = "stop"
         elif end >= limit:
             finish = "length"
-        toks = req.gen.tokens(skip + start, skip + end)
+        toks = req.gen.tokens(start, end)
         if req.stop:
             toks, hit = apply_stop(req, toks)
             if hit:
@@ -461,14 +455,3 @@ class Engine:
             if self.observer:
                 self.observer.on_finished(req)
         return TokenEvent(req, toks, now, finish)
-
-
-def _answered(gen: AnswerGenerator, given: str) -> int:
-    """How many of ``gen``'s tokens the given text covers: the first count whose text is at
-    least as long (aligned on text, not on a second tokenization of it, which need not
-    split where the answer's tokens did)."""
-    n = chars = 0
-    while chars < len(given) and n < 1 << 20:
-        chars += len(gen.token(n))
-        n += 1
-    return n

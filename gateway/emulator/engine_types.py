@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.emulator.spec import SpecConfig
-from gateway.emulator.textgen import AnswerGenerator, PromptKind
+from gateway.emulator.textgen import PromptKind
+from gateway.emulator.thinking import AnswerStream
 from gateway.text.lookup import Proposer
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -29,6 +30,22 @@ def check_spec_cost_scale(value: float, name: str = "spec_cost_scale") -> None:
     as the caller knows it (a YAML key, a command-line option)."""
     if not 0.0 <= value <= SPEC_COST_SCALE_MAX:
         raise ValueError(f"{name} must be within 0..{SPEC_COST_SCALE_MAX:g}, got {value}")
+
+
+REASONING_PARSERS = ("qwen3",)
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+REASONING_PARSER_MODES = ("prompt-aware", "generated-only")
+
+
+def check_reasoning(parser: str | None, field_name: str, mode: str) -> None:
+    """Refuse a reasoning parser, field or parser mode the emulator does not know."""
+    for name, v, allowed in (
+        ("reasoning_parser", parser, (None, *REASONING_PARSERS)),
+        ("reasoning_field", field_name, REASONING_FIELDS),
+        ("reasoning_parser_mode", mode, REASONING_PARSER_MODES),
+    ):
+        if v not in allowed:
+            raise ValueError(f"{name} must be one of {[a for a in allowed if a]}, got {v!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +74,18 @@ class EngineConfig:
     #: spec slope); see results/gpu/round16.
     spec_cost_slope: float = 0.0
     device_scale_slope: float = 0.0
+    #: vLLM's ``--reasoning-parser`` (``qwen3``; None: off, as vLLM's default): the model
+    #: thinks (``<think>`` reasoning ``</think>`` before its content) and the chat answer
+    #: carries the reasoning apart, in ``reasoning_field``. ``reasoning_parser_mode``:
+    #: ``prompt-aware`` (newer vLLM: a prompt whose think block has ended makes everything
+    #: generated content) or ``generated-only`` (older: whatever the engine generates
+    #: before a ``</think>`` of its own is reasoning).
+    reasoning_parser: str | None = None
+    reasoning_field: str = "reasoning"
+    reasoning_parser_mode: str = "prompt-aware"
 
     def __post_init__(self) -> None:
+        check_reasoning(self.reasoning_parser, self.reasoning_field, self.reasoning_parser_mode)
         check_spec_cost_scale(self.spec_cost_scale)
         check_spec_cost_scale(self.device_scale, "device_scale")
         for name in ("spec_cost_slope", "device_scale_slope"):
@@ -84,7 +111,7 @@ class EngineRequest:
     prompt_tokens: list[str]
     max_tokens: int
     temperature: float
-    gen: AnswerGenerator
+    gen: AnswerStream
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     n_param: int = 1
@@ -100,7 +127,6 @@ class EngineRequest:
     prefilled: int = 0
     recompute: int = 0  # output tokens to prefill again after a preemption
     continued: bool = False  # moved from the sibling engine: its prefill is a new prompt here
-    skip: int = 0  # answer tokens given before this request (a continuation): it starts after them
     output: list[str] = field(default_factory=list)
     text_len: int = 0
     proposer: Proposer | None = None

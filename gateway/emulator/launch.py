@@ -123,9 +123,16 @@ def pair_launches(
     per_request_metrics: bool = False,
     num_gpu_blocks: int = 4185,
     spec_cost_scale: float = 1.0,
+    reasoning_parser: str | None = None,
+    reasoning_field: str = "reasoning",
+    reasoning_parser_mode: str = "prompt-aware",
 ) -> list[EngineLaunch]:
-    """A speculative and a plain engine of one model on one device timeline."""
+    """A speculative and a plain engine of one model on one device timeline (a thinking
+    model's with ``reasoning_parser``, see :class:`EngineConfig`)."""
     common: dict[str, Any] = {
+        "reasoning_parser": reasoning_parser,
+        "reasoning_field": reasoning_field,
+        "reasoning_parser_mode": reasoning_parser_mode,
         "model": "Qwen/Qwen3-8B",
         "max_num_seqs": max_num_seqs,
         "max_model_len": max_model_len,
@@ -230,6 +237,9 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
         profile: h200-qwen3-8b
         max_num_seqs: 256
         spec_cost_scale: 1.0  # what speculation adds to a step, x the profile's price
+        reasoning_parser: qwen3  # a thinking model (default: none)
+        reasoning_field: reasoning  # or reasoning_content (older vLLM)
+        reasoning_parser_mode: prompt-aware  # or generated-only (older vLLM)
       - served_model_name: qwen3-8b-base
         port: 8102
         device: gpu0
@@ -252,6 +262,9 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
         "seed",
         "num_gpu_blocks",
         "spec_cost_scale",
+        "reasoning_parser",
+        "reasoning_field",
+        "reasoning_parser_mode",
         "disable_log_stats",
         "per_request_spec_decode_metrics",
         "faults",
@@ -274,6 +287,9 @@ def load_config(path: str) -> tuple[list[EngineLaunch], float]:
             seed=int(e.get("seed", 0)),
             num_gpu_blocks=int(e.get("num_gpu_blocks", 4185)),
             spec_cost_scale=_cost_scale(e.get("spec_cost_scale", 1.0)),
+            reasoning_parser=e.get("reasoning_parser"),
+            reasoning_field=e.get("reasoning_field", "reasoning"),
+            reasoning_parser_mode=e.get("reasoning_parser_mode", "prompt-aware"),
         )
         launches.append(
             EngineLaunch(

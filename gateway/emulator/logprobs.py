@@ -41,7 +41,7 @@ class ChoiceLogprobs:
 
     def next(self, tokens: list[str]) -> dict[str, Any]:
         """The shape for the next answer ``tokens``, as sent."""
-        start = self.req.skip + self.done
+        start = self.done
         self.done += len(tokens)
         if self.chat:
             return {"content": [self._chat_entry(start + j, tok) for j, tok in enumerate(tokens)]}

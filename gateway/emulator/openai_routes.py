@@ -17,21 +17,20 @@ from aiohttp import web
 
 from gateway.emulator.emulated import ENGINE, EmulatedEngine, cut_connection, json_response
 from gateway.emulator.engine import EngineRequest
+from gateway.emulator.errors import ApiError, error_body
 from gateway.emulator.protocol import (
     SPEC_UNSUPPORTED_MESSAGE,
     SSE_DONE,
     VOCAB_SIZE,
-    ApiError,
     ParsedRequest,
-    chat_prompt,
     check_body,
-    error_body,
     models_body,
     new_id,
     parse_request,
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
+from gateway.emulator.template import chat_prompt
 from gateway.text import tokenize
 
 
@@ -39,7 +38,7 @@ def _err(e: ApiError) -> web.Response:
     return json_response(e.body(), e.status)
 
 
-async def _json_body(request: web.Request) -> Any:
+async def json_body(request: web.Request) -> Any:
     try:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -62,9 +61,9 @@ async def post_tokenize(request: web.Request) -> web.Response:
         return web.Response(status=503)
     cfg = h.engine.config
     try:
-        body = check_body(await _json_body(request), cfg.served_model_name)
+        body = check_body(await json_body(request), cfg.served_model_name)
         if "messages" in body:
-            text = chat_prompt(body)[0]
+            text = chat_prompt(body)
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
@@ -85,11 +84,12 @@ async def post_chat(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
-async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
-    h = request.app[ENGINE]
+async def admit(request: web.Request, h: EmulatedEngine) -> tuple[web.StreamResponse | None, int | None]:
+    """The fault knobs a generation request meets first: (the answer it gets instead, if
+    any; after how many chunks its stream crashes, if it does)."""
     if h.dead:
         cut_connection(request)
-        return web.Response(status=503)
+        return web.Response(status=503), None
     h.requests_seen += 1
     f = h.faults
     crash_after_chunks: int | None = None
@@ -97,17 +97,24 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if not f.crash_mid_stream:
             await h.crash()
             cut_connection(request)
-            return web.Response(status=503)
+            return web.Response(status=503), None
         crash_after_chunks = f.mid_stream_chunks
     if f.hang == "accept":
         await h.hang_event().wait()
     if f.error_rate and h.rng.random() < f.error_rate:
-        return json_response(
-            error_body("emulated engine failure (error_rate fault)", "InternalServerError", 500), 500
-        )
+        failure = error_body("emulated engine failure (error_rate fault)", "InternalServerError", 500)
+        return json_response(failure, 500), None
+    return None, crash_after_chunks
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    h = request.app[ENGINE]
+    instead, crash_after_chunks = await admit(request, h)
+    if instead is not None:
+        return instead
     cfg = h.engine.config
     try:
-        body = await _json_body(request)
+        body = await json_body(request)
         pr = parse_request(
             body, chat=chat, served_model_name=cfg.served_model_name, max_model_len=cfg.max_model_len
         )
@@ -127,7 +134,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         await resp.write(sse(err.body()) + SSE_DONE)
         await resp.write_eof()
         return resp
-    reqs = _make_requests(h, pr, rid)
+    reqs = make_requests(h, pr, rid)
     h._open[id(request)] = request
     try:
         if pr.stream:
@@ -142,7 +149,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
                 h.driver.abort(h.engine, r)  # client went away: free the slot at once
 
 
-def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:
+def make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:
     reqs = []
     cfg = h.engine.config
     for p_i, (prompt, toks) in enumerate(zip(pr.prompts, pr.prompt_tokens, strict=True)):
@@ -162,7 +169,6 @@ def _make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[Engin
                     stop=pr.stop,
                     request_id=f"{rid}-{p_i}-{c}",
                     n_param=pr.n,
-                    continues=pr.continues,
                 )
             )
     return reqs

@@ -14,32 +14,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.emulator.errors import ApiError
+from gateway.emulator.template import chat_prompt
 from gateway.text import tokenize
 
-CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
 VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
 SPEC_UNSUPPORTED_MESSAGE = "min_p and logit_bias parameters won't work with speculative decoding."
-
-
-class ApiError(Exception):
-    def __init__(
-        self, message: str, *, status: int = 400, type_: str | None = None, param: str | None = None
-    ):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type_ or {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}.get(
-            status, "BadRequestError"
-        )
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.type, self.status, self.param)
-
-
-def error_body(message: str, type_: str, code: int, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 @dataclass(slots=True)
@@ -62,7 +43,6 @@ class ParsedRequest:
     #: logprobs asked for: how many alternatives per token (chat's ``top_logprobs``,
     #: completions' ``logprobs``); None: none asked
     logprobs: int | None = None
-    continues: tuple[str, str] | None = None  # (prompt the answer was begun for, its given part)
 
     @property
     def spec_unsupported(self) -> bool:
@@ -96,64 +76,6 @@ def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
     return v
 
 
-def _content_text(content: Any, i: int) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
-                raise ApiError(f"messages[{i}].content: only text parts are supported", param="messages")
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise ApiError(f"messages[{i}].content[].text must be a string", param="messages")
-            parts.append(text)
-        return "\n".join(parts)
-    raise ApiError(f"messages[{i}].content must be a string or a list of parts", param="messages")
-
-
-def chat_template(
-    messages: Any, *, add_generation_prompt: bool = True, continue_final_message: bool = False
-) -> str:
-    """Render messages with a Qwen-style chat template (what the engine 'sees').
-
-    As vLLM: ``continue_final_message`` leaves the last message open (no end-of-turn), so
-    the answer continues it; ``add_generation_prompt`` opens the assistant's turn."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("messages must be a non-empty list", param="messages")
-    if continue_final_message and add_generation_prompt:
-        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise ApiError(f"messages[{i}] must be an object", param="messages")
-        role = m.get("role")
-        if role not in CHAT_ROLES:
-            raise ApiError(f"messages[{i}].role must be one of {sorted(CHAT_ROLES)}", param="messages")
-        end = "" if continue_final_message and i == len(messages) - 1 else "<|im_end|>\n"
-        out.append(f"<|im_start|>{role}\n{_content_text(m.get('content'), i)}{end}")
-    if add_generation_prompt:
-        out.append("<|im_start|>assistant\n")
-    return "".join(out)
-
-
-def chat_prompt(body: dict[str, Any]) -> tuple[str, tuple[str, str] | None]:
-    """The rendered chat prompt, and for a continued answer (``continue_final_message``
-    on an assistant message) the prompt the answer was begun for and its given part."""
-    add = _bool(body, "add_generation_prompt", True)
-    cont = _bool(body, "continue_final_message")
-    messages = body.get("messages")
-    prompt = chat_template(messages, add_generation_prompt=add, continue_final_message=cont)
-    if cont and isinstance(messages, list) and len(messages) > 1:
-        last = messages[-1]
-        if isinstance(last, dict) and last.get("role") == "assistant":
-            begun = chat_template(messages[:-1])
-            return prompt, (begun, _content_text(last.get("content"), len(messages) - 1))
-    return prompt, None
-
-
 def _prompts(body: dict[str, Any]) -> list[str]:
     p = body.get("prompt")
     if isinstance(p, str):
@@ -181,12 +103,7 @@ def check_body(body: Any, served_model_name: str) -> dict[str, Any]:
 
 def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_len: int) -> ParsedRequest:
     body = check_body(body, served_model_name)
-    continues: tuple[str, str] | None = None
-    if chat:
-        prompt, continues = chat_prompt(body)
-        prompts = [prompt]
-    else:
-        prompts = _prompts(body)
+    prompts = [chat_prompt(body)] if chat else _prompts(body)
     toks = [tokenize(p) for p in prompts]
     if not all(toks):  # as vLLM: an empty prompt is a client error (it would schedule nothing)
         raise ApiError("The decoder prompt cannot be empty", param="prompt")
@@ -246,7 +163,6 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_le
         logit_bias={str(k): float(v) for k, v in (lb or {}).items()},
         echo=_bool(body, "echo"),
         logprobs=logprobs,
-        continues=continues,
     )
 
 
@@ -352,28 +268,31 @@ def full_response(
     prompt_tokens: int,
     completion_tokens: int,
     logprobs: list[dict[str, Any]] | None = None,
+    reasoning: list[str] | None = None,
+    reasoning_field: str = "reasoning_content",
 ) -> dict[str, Any]:
+    """``reasoning``: what a reasoning parser took out of each chat choice's text, shown
+    in ``reasoning_field`` (and an empty part as null, as vLLM shows it)."""
     out: list[dict[str, Any]] = []
     for i, (text, reason) in enumerate(choices):
         lp = None if logprobs is None else logprobs[i]
         if chat:
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+                "reasoning_content": None,
+            }
+            if reasoning is not None:
+                del message["reasoning_content"]
+                message[reasoning_field] = reasoning[i] or None
+                message["content"] = text or None
             out.append(
-                {
-                    "index": i,
-                    "message": {
-                        "role": "assistant",
-                        "content": text,
-                        "refusal": None,
-                        "annotations": None,
-                        "audio": None,
-                        "function_call": None,
-                        "tool_calls": [],
-                        "reasoning_content": None,
-                    },
-                    "logprobs": lp,
-                    "finish_reason": reason,
-                    "stop_reason": None,
-                }
+                {"index": i, "message": message, "logprobs": lp, "finish_reason": reason, "stop_reason": None}
             )
         else:
             out.append(

@@ -15,6 +15,7 @@ from gateway.emulator.emulated import EmulatedEngine, cut_connection, json_respo
 from gateway.emulator.engine import EngineRequest, TokenEvent
 from gateway.emulator.logprobs import ChoiceLogprobs
 from gateway.emulator.protocol import SSE_DONE, ParsedRequest, chunk, full_response, sse, usage
+from gateway.emulator.reasoning import ReasoningParser
 
 
 def _spec_metrics(reqs: list[EngineRequest]) -> dict[str, Any]:
@@ -38,19 +39,24 @@ def _logprobs(pr: ParsedRequest, req: EngineRequest) -> ChoiceLogprobs:
     return ChoiceLogprobs(req, pr.logprobs or 0, chat=pr.chat, echo=pr.echo)
 
 
+def parsers_for(
+    h: EmulatedEngine, pr: ParsedRequest, reqs: list[EngineRequest]
+) -> list[ReasoningParser] | None:
+    """One reasoning parser per chat choice, when the engine runs one (vLLM parses chat
+    answers only: a completion's text keeps its think markers)."""
+    cfg = h.engine.config
+    if not pr.chat or cfg.reasoning_parser is None:
+        return None
+    return [ReasoningParser(r.prompt, cfg.reasoning_parser_mode) for r in reqs]
+
+
 def _prompt_total(pr: ParsedRequest) -> int:
     return sum(len(t) for t in pr.prompt_tokens) * pr.n
 
 
-async def unary_response(
-    request: web.Request,
-    h: EmulatedEngine,
-    pr: ParsedRequest,
-    reqs: list[EngineRequest],
-    rid: str,
-    created: int,
-    headers: dict[str, str],
-) -> web.StreamResponse:
+async def run_to_end(request: web.Request, h: EmulatedEngine, reqs: list[EngineRequest]) -> bool:
+    """Submit ``reqs`` and wait until all have finished; False if the engine died first.
+    Raises ConnectionResetError when the client goes away."""
     done = asyncio.Event()
     left = [len(reqs)]
 
@@ -70,10 +76,30 @@ async def unary_response(
         if (tr is None or tr.is_closing()) and not done.is_set():
             raise ConnectionResetError("client disconnected")
         if h.dead:
-            cut_connection(request)
-            return web.Response(status=503)
+            return False
+    return True
+
+
+async def unary_response(
+    request: web.Request,
+    h: EmulatedEngine,
+    pr: ParsedRequest,
+    reqs: list[EngineRequest],
+    rid: str,
+    created: int,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    if not await run_to_end(request, h, reqs):
+        cut_connection(request)
+        return web.Response(status=503)
     echo = pr.echo and not pr.chat
     choices = [((r.prompt if echo else "") + "".join(r.output), r.finish_reason or "stop") for r in reqs]
+    parsers = parsers_for(h, pr, reqs)
+    reasoning: list[str] | None = None
+    if parsers is not None:
+        split = [p.feed(r.output) for p, r in zip(parsers, reqs, strict=True)]
+        reasoning = [rs for rs, _ in split]
+        choices = [(c, reason) for (_, c), (_, reason) in zip(split, choices, strict=True)]
     body = full_response(
         chat=pr.chat,
         rid=rid,
@@ -83,6 +109,8 @@ async def unary_response(
         prompt_tokens=_prompt_total(pr),
         completion_tokens=sum(len(r.output) for r in reqs),
         logprobs=None if pr.logprobs is None else [_logprobs(pr, r).next(r.output) for r in reqs],
+        reasoning=reasoning,
+        reasoning_field=h.engine.config.reasoning_field,
     )
     if h.per_request_metrics and h.engine.spec is not None:
         body["metrics"] = _spec_metrics(reqs)
@@ -112,6 +140,8 @@ async def stream_response(
         h.driver.submit(h.engine, r)
     started = [False] * len(reqs)
     lps = [_logprobs(pr, r) for r in reqs] if pr.logprobs is not None else None
+    parsers = parsers_for(h, pr, reqs)
+    field = h.engine.config.reasoning_field
     echo = pr.echo and not pr.chat
     left = len(reqs)
     chunks = 0
@@ -138,6 +168,11 @@ async def stream_response(
             if echo and not started[i]:  # the prompt's text comes first, in the first chunk
                 text = reqs[i].prompt + text
             started[i] = True
+            thought = ""
+            if parsers is not None:
+                thought, text = parsers[i].feed(ev.tokens)
+                if not thought and not text and ev.finish_reason is None:
+                    continue  # vLLM sends no chunk for a delta that is only a think marker
             c = chunk(
                 chat=pr.chat,
                 rid=rid,
@@ -148,6 +183,11 @@ async def stream_response(
                 finish_reason=ev.finish_reason,
                 logprobs=None if lps is None else lps[i].next(ev.tokens),
             )
+            if thought:
+                delta = c["choices"][0]["delta"]
+                delta[field] = thought
+                if not text:
+                    del delta["content"]
             if pr.continuous_usage and pr.include_usage:
                 c["usage"] = usage(len(reqs[i].prompt_tokens), len(reqs[i].output))
             parts.append(sse(c))

@@ -1,7 +1,8 @@
 """The emulated vLLM OpenAI server: one aiohttp app per engine.
 
-Endpoints as vLLM serves them: ``POST /v1/completions``, ``POST /v1/chat/completions``
-(streaming and not), ``GET /v1/models``, ``GET /health``, ``GET|POST /ping``,
+Endpoints as vLLM serves them: ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``POST /v1/responses`` (streaming and not; :mod:`gateway.emulator.responses_api`),
+``POST /tokenize``, ``GET /v1/models``, ``GET /health``, ``GET|POST /ping``,
 ``GET /version``, ``GET /metrics``. Admin (emulator only): ``GET|POST
 /_emulator/faults`` (read / change fault knobs, JSON) and ``GET /_emulator/state``.
 
@@ -23,9 +24,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.emulator import admin_routes, openai_routes
+from gateway.emulator import admin_routes, openai_routes, responses_api
 from gateway.emulator.emulated import ENGINE, EmulatedEngine, json_response, make_engine
-from gateway.emulator.protocol import error_body
+from gateway.emulator.errors import error_body
 
 __all__ = ["ENGINE", "EmulatedEngine", "bound_port", "build_engine_app", "make_engine", "serve_app"]
 
@@ -61,6 +62,8 @@ def build_engine_app(handle: EmulatedEngine) -> web.Application:
     app.router.add_get("/metrics", admin_routes.metrics)
     app.router.add_post("/v1/completions", openai_routes.post_completions)
     app.router.add_post("/v1/chat/completions", openai_routes.post_chat)
+    app.router.add_post("/v1/responses", responses_api.post_responses)
+    app.router.add_get("/v1/responses/{response_id}", responses_api.get_response)
     app.router.add_post("/tokenize", openai_routes.post_tokenize)
     app.router.add_get("/_emulator/faults", admin_routes.get_faults)
     app.router.add_post("/_emulator/faults", admin_routes.post_faults)

@@ -53,8 +53,8 @@ _CODE = re.compile(
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
 # Pasted material, where instruction words do not count: fenced blocks, quoted blocks, tags.
 _PASTED = re.compile(r'```.*?(?:```|$)|""".*?(?:"""|$)|<document>.*?(?:</document>|$)', re.DOTALL)
-# The chat template's markup (ChatML, as the emulator renders messages).
-_MARKUP = re.compile(r"<\|im_(?:start|end)\|>(?:[a-z]+\n)?")
+# The chat template's markup (ChatML, as the emulator renders messages, and think tags).
+_MARKUP = re.compile(r"<\|im_(?:start|end)\|>(?:[a-z]+\n)?|</?think>")
 _RAG = re.compile(r"(?:^|\n)\s*(?:context|sources|documents)\s*:", re.IGNORECASE)
 
 LONG_DOCUMENT_TOKENS = 300
@@ -200,10 +200,15 @@ class AnswerGenerator:
         temperature: float = 0.0,
         seed: int = 0,
         kind: PromptKind | None = None,
+        params: KindParams | None = None,
+        length: int | None = None,
     ) -> None:
+        """``params`` and ``length`` (a thinking model's reasoning, see
+        :mod:`gateway.emulator.thinking`): other segment statistics than the kind's, and a
+        fixed natural length."""
         self.kind = kind or classify(prompt)
         self.temperature = max(0.0, temperature)
-        self._p = PARAMS[self.kind]
+        self._p = params or PARAMS[self.kind]
         self._rng = random.Random(_seed_int(prompt, seed, round(self.temperature, 4)))
         self._src = _source_tokens(_source_region(prompt_tokens, prompt, self.kind)) or ["."]
         self._cursor = 0
@@ -212,7 +217,9 @@ class AnswerGenerator:
         self._kind = bytearray()  # per token: _NOVEL, _COPIED or _SAMPLED_IN_COPY
         self._alt: dict[int, str] = {}  # the source token a _SAMPLED_IN_COPY one replaced
         rng = self._rng
-        if self.kind is PromptKind.EDIT:
+        if length is not None:
+            self.natural_length = max(1, length)
+        elif self.kind is PromptKind.EDIT:
             # The edited source ends where the walk through it ends.
             while self._cursor < len(self._src) and len(self._out) < 100_000:
                 self._segment()

@@ -18,10 +18,20 @@ import aiohttp
 from aiohttp import web
 
 from gateway.engines.runtime import EngineRuntime
+from gateway.pipeline.request import RESPONSES
 from gateway.proxy.handoff import MoveRelay, Side, release
 from gateway.proxy.move import Continuation
 from gateway.proxy.result import ProxyResult
-from gateway.proxy.sse import DONE, Harvest, Patterns, error_event, rewrite_model
+from gateway.proxy.sse import (
+    DONE,
+    Harvest,
+    Patterns,
+    error_event,
+    has_content,
+    responses_event,
+    rewrite_model,
+    slow_event,
+)
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import engine_error
 from gateway.wire.headers import downstream_headers
@@ -42,6 +52,8 @@ class StreamRelay(MoveRelay):
 
     __slots__ = ()
 
+    endpoint: str
+    client_model: str
     # Where a relaying task registers itself while it streams (so that shutdown can cut
     # it with :data:`SHUTDOWN`); None: nobody cuts streams.
     streams: set[asyncio.Task[Any]] | None
@@ -271,16 +283,21 @@ class StreamRelay(MoveRelay):
     ) -> tuple[bytes, bool]:
         """One SSE event → (bytes to send, saw [DONE]); ``cont``: the event comes from the
         sibling that continues a moved answer, and is rewritten into the client's."""
+        if self.endpoint == RESPONSES:  # typed events, never moved
+            piece, done, token = responses_event(ev, self.client_model, harvest)
+            if token:
+                self._token_seen(result)
+            return piece, done
         if ev.startswith(b"data:"):
             data = ev[5:].strip()
             if data == b"[DONE]":
                 return DONE, True
-            if cont is None and not harvest.collect_text and not _slow(data):
+            if cont is None and not harvest.collect_text and not slow_event(data):
                 # Fast path for the plain content chunks that make up almost all of a stream:
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
                     if old in data:
-                        if _has_content(data):
+                        if has_content(data):
                             harvest.content_events += 1
                             self._token_seen(result)
                         return b"data: " + data.replace(old, new, 1) + b"\n\n", False
@@ -307,24 +324,6 @@ class StreamRelay(MoveRelay):
                 out = rewrite_model(data, patterns, obj, self.client_model)
             return b"data: " + out + b"\n\n", False
         return ev + b"\n\n", False
-
-
-def _slow(data: bytes) -> bool:
-    """The event may carry usage, an error or per-request metrics: parse it (no generator:
-    this runs for every event of every stream)."""
-    return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
-
-
-_CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
-
-
-def _has_content(data: bytes) -> bool:
-    """The chunk carries a non-empty ``delta.content`` (chat) or ``text`` (completions)."""
-    for key in _CONTENT_KEYS:
-        i = data.find(key)
-        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
-            return True
-    return False
 
 
 class _IdleTimer:

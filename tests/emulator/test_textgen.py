@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.emulator.protocol import chat_template
+from gateway.emulator.template import chat_template
 from gateway.emulator.textgen import AnswerGenerator, PromptKind, classify
 from gateway.text import realised_lookup, tokenize
 from gateway.workload.sampler import iter_requests

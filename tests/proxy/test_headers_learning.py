@@ -336,7 +336,7 @@ async def test_stream_fast_path_when_text_is_not_collected(spaced: bool) -> None
 
 
 def test_has_content_detects_non_empty_deltas_only() -> None:
-    from gateway.proxy.stream import _has_content
+    from gateway.proxy.sse import has_content as _has_content
 
     assert _has_content(b'{"choices":[{"delta":{"content":"Hi"}}]}')
     assert _has_content(b'{"choices":[{"delta": {"content": "Hi"}}]}')

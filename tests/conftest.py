@@ -117,6 +117,8 @@ def gateway_config_for(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
             "models.0.pairs.0.base.url": base.url,
             "scrape.interval_s": 0.1,
             "scrape.timeout_s": 1.0,
+            # Tests force routes with x-specgate-route: allowed here (off by default).
+            "models.0.routing.allow_client_override": True,
             **overrides,
         },
     )

@@ -1,25 +1,26 @@
 """Admin endpoints: ``GET /admin/state``, ``GET /admin/advice``, ``POST /admin/route`` and
 ``POST /admin/drain``.
 
-Both need an admin key (``server.admin_keys``, separate from client keys). When no
-admin key is configured they answer loopback clients only (403 for anyone else).
+All need an admin key (``server.admin_keys``, separate from client keys). When no
+admin key is configured they answer only a gateway listening on loopback, to loopback
+clients that no proxy header marks as relayed (403 for anyone else; see
+:func:`gateway.api.auth.check_admin` and ``docs/security.md``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from pydantic import SecretStr
 
 from gateway.advisor.report import advice_dict, measured_dict
 from gateway.api.auth import check_admin
 from gateway.api.epp.server import EPP
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
+from gateway.config.models import ServerConfig
 from gateway.proxy.move import Asked
 from gateway.routing.steptime import get_step_model
 from gateway.routing.types import RouteOverride
@@ -28,7 +29,7 @@ from gateway.wire.errors import ApiError
 
 async def state(request: web.Request) -> web.Response:
     st = request.app[STATE]
-    check_admin(request, st.config.server.admin_keys)
+    check_admin(request, st.config.server)
     now = time.monotonic()
     body = {
         "inflight": st.inflight,
@@ -56,7 +57,7 @@ async def advice(request: web.Request) -> web.Response:
     and under ``measured`` the plain answers' own time per token with the prediction
     scaled to it."""
     st = request.app[STATE]
-    check_admin(request, st.config.server.admin_keys)
+    check_admin(request, st.config.server)
     loads = _loads(request.query.get("loads"))
     body: dict[str, Any] = {}
     for name, m in st.models.items():
@@ -89,9 +90,9 @@ def _loads(raw: str | None) -> tuple[float, ...]:
 ADMIN_BODY_MAX = 64 * 1024
 
 
-async def _admin_body(request: web.Request, admin_keys: Sequence[SecretStr]) -> dict[str, Any]:
+async def _admin_body(request: web.Request, server: ServerConfig) -> dict[str, Any]:
     """Authorise an admin POST, then read and parse its (small) JSON body."""
-    check_admin(request, admin_keys)
+    check_admin(request, server)
     raw = await request.content.read(ADMIN_BODY_MAX + 1)
     if len(raw) > ADMIN_BODY_MAX:
         raise ApiError(413, "admin request body too large", code="request_too_large")
@@ -101,7 +102,7 @@ async def _admin_body(request: web.Request, admin_keys: Sequence[SecretStr]) -> 
 async def set_route(request: web.Request) -> web.Response:
     """Pin a model to ``spec`` or ``base`` (hard rules still apply), or back to ``auto``."""
     st = request.app[STATE]
-    body = await _admin_body(request, st.config.server.admin_keys)
+    body = await _admin_body(request, st.config.server)
     model, route = body.get("model"), body.get("route")
     if not isinstance(model, str) or model not in st.models:
         raise ApiError(404, f"unknown model {str(model)[:200]!r}", param="model", code="model_not_found")
@@ -129,7 +130,7 @@ async def drain(request: web.Request) -> web.Response:
     once their content begins unless they end first (a move mid-reasoning cannot be written
     as a chat message: docs/moves.md)."""
     st = request.app[STATE]
-    body = await _admin_body(request, st.config.server.admin_keys)
+    body = await _admin_body(request, st.config.server)
     name, flag, move = body.get("engine"), body.get("draining", True), body.get("move", False)
     model = next((m for m in st.models.values() if name in m.engines), None)
     if not isinstance(name, str) or model is None:

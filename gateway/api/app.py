@@ -20,8 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway.advisor.metrics import AdviceCollector
-from gateway.api import admin, routes
-from gateway.api.completions import chat_completions, completions
+from gateway.api import admin, routes, tokens
+from gateway.api.completions import chat_completions, completions, responses
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
@@ -113,6 +113,9 @@ def build_app(
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/tokenize", tokens.tokenize)
+    app.router.add_post("/detokenize", tokens.detokenize)
     app.router.add_get("/v1/models", routes.list_models)
     app.router.add_get("/v1/models/{model}", routes.get_model)
     app.router.add_get("/health", routes.health)

@@ -10,7 +10,10 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import SecretStr
 
+from gateway.config.models import ServerConfig
+from gateway.routing.config import RoutingConfig
 from gateway.wire.errors import ApiError
+from gateway.wire.headers import PROXY_HEADERS, ROUTE
 
 
 class HasHeaders(Protocol):
@@ -54,6 +57,7 @@ def check_client(request: HasHeaders, keys: Sequence[SecretStr]) -> None:
 
 
 def is_loopback(request: web.Request) -> bool:
+    """The peer's address is a loopback address."""
     remote = request.remote
     if not remote:
         return False
@@ -63,23 +67,68 @@ def is_loopback(request: web.Request) -> bool:
         return False
 
 
-def check_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> None:
-    """Admin endpoints need an admin key; with none configured, only loopback clients pass."""
-    if admin_keys:
-        if not key_matches(bearer_token(request), admin_keys):
+def is_loopback_host(host: str) -> bool:
+    """A listen address that only this host can reach (``127.0.0.0/8``, ``::1``, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[] ")).is_loopback
+    except ValueError:
+        return False
+
+
+def proxied(request: HasHeaders) -> bool:
+    """The request carries a header a proxy adds (``Forwarded``, ``X-Forwarded-*``,
+    ``X-Real-IP``, ``Via`` ...): its loopback peer may be relaying someone else."""
+    return any(name in request.headers for name in PROXY_HEADERS)
+
+
+def admin_open(server: ServerConfig) -> bool:
+    """Admin endpoints answer without a key: no admin key is configured and the listener
+    is bound to loopback (then :func:`check_admin` still wants a loopback peer and no
+    proxy header)."""
+    return not server.admin_keys and is_loopback_host(server.host)
+
+
+def _keyless_admin(request: web.Request, server: ServerConfig) -> bool:
+    return admin_open(server) and is_loopback(request) and not proxied(request)
+
+
+def check_admin(request: web.Request, server: ServerConfig) -> None:
+    """Admin endpoints need an admin key. With none configured they answer only when the
+    listener is bound to loopback, the peer is on loopback and no proxy header says the
+    peer relays another client (a reverse proxy on the same host would otherwise open
+    them to everyone it serves)."""
+    if server.admin_keys:
+        if not key_matches(bearer_token(request), server.admin_keys):
             raise ApiError(401, "admin endpoints need an admin key", code="invalid_api_key")
         return
-    if not is_loopback(request):
+    if not _keyless_admin(request, server):
         raise ApiError(
             403,
-            "admin endpoints are served to loopback clients only when no admin key is configured",
+            "admin endpoints need an admin key; without one they answer only direct loopback "
+            "clients of a gateway listening on loopback",
             code="forbidden",
         )
 
 
-def is_admin(request: web.Request, admin_keys: Sequence[SecretStr]) -> bool:
+def is_admin(request: web.Request, server: ServerConfig) -> bool:
     """What :func:`check_admin` lets through, as a test."""
-    return key_matches(bearer_token(request), admin_keys) if admin_keys else is_loopback(request)
+    if server.admin_keys:
+        return key_matches(bearer_token(request), server.admin_keys)
+    return _keyless_admin(request, server)
+
+
+def may_override_route(request: HasHeaders, routing: RoutingConfig) -> bool:
+    """Whether this request's ``x-specgate-route`` header is honoured: only where the
+    model's ``routing.allow_client_override`` is on and, when ``routing.override_keys``
+    lists keys, only for a request bearing one of them. (An operator's pin,
+    ``POST /admin/route``, still wins: see :func:`gateway.routing.rules.apply_hard_rules`.)"""
+    if not routing.allow_client_override or ROUTE not in request.headers:
+        return False
+    if not routing.override_keys:
+        return True
+    return key_matches(bearer_token(request), routing.override_keys)
 
 
 def check_model_access(

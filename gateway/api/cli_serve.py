@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = """\
 Run the specgate gateway: an OpenAI-compatible API (POST /v1/chat/completions,
-POST /v1/completions, GET /v1/models, GET /v1/models/{model}) in front of paired
-vLLM engines, plus GET /health, GET /ready, GET /metrics and the admin endpoints
+POST /v1/completions, POST /v1/responses, GET /v1/models, GET /v1/models/{model},
+and vLLM's POST /tokenize and POST /detokenize) in front of paired vLLM engines,
+plus GET /health, GET /ready, GET /metrics and the admin endpoints
 GET /admin/state,
 GET /admin/advice (what n-gram speculation would buy on the traffic so far),
 POST /admin/route (pin a model to an engine) and POST /admin/drain (stop new
@@ -48,8 +49,9 @@ Configuration comes from, in increasing priority:
      (prefer these to putting keys in files or on the command line);
   3. the flags below.
 
-Admin endpoints need an admin key; when none is configured they answer loopback
-clients only.
+Admin endpoints need an admin key; when none is configured they answer only
+loopback clients of a loopback listener whose requests carry no proxy header
+(Forwarded, X-Forwarded-For, X-Real-IP, ...), and serve warns at start.
 """
 
 
@@ -239,6 +241,7 @@ async def serve(
     gc.freeze()
     print(f"specgate listening on http://{cfg.server.host}:{port}", file=sys.stderr, flush=True)
     logging.getLogger("gateway").info("serving models %s", ", ".join(m.name for m in cfg.models))
+    warn_open_surfaces(cfg)
     if ready is not None:
         ready.set()
     try:
@@ -263,6 +266,27 @@ async def serve(
             flusher.cancel()
         if log_guard is not None:
             log_guard.flush(final=True)  # what was held back in the last interval
+
+
+def warn_open_surfaces(cfg: GatewayConfig) -> None:
+    """Warn at start about what anyone who reaches the port may do: admin endpoints without
+    a key, and client route overrides not limited to keys (docs/security.md)."""
+    from gateway.api.auth import admin_open
+
+    log = logging.getLogger("gateway")
+    if admin_open(cfg.server):
+        log.warning(
+            "admin endpoints (/admin/*: pins, drains) answer loopback clients without a key, "
+            "since no admin key is configured: set SPECGATE_ADMIN_KEYS before putting anything "
+            "that relays requests on this host in front of the gateway"
+        )
+    for m in cfg.models:
+        if m.routing.allow_client_override and not m.routing.override_keys:
+            log.warning(
+                "model %s: every client may pin engines with x-specgate-route "
+                "(routing.allow_client_override on, routing.override_keys empty)",
+                m.name,
+            )
 
 
 def _masked(cfg: GatewayConfig) -> str:

@@ -17,9 +17,9 @@ from typing import NamedTuple
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.api.auth import HasHeaders, check_client, check_model_access
-from gateway.api.body import check_content_encoding, decoded, parse_body
-from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
+from gateway.api.auth import HasHeaders, check_client, check_model_access, may_override_route
+from gateway.api.body import check_content_encoding, decoded, parse_body, parse_features
+from gateway.api.features import CHAT, COMPLETIONS, RESPONSES, ParsedRequest, model_name
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
@@ -46,6 +46,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, COMPLETIONS)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses`` (the Responses API): decided as chat; its streams never move."""
+    return await _handle(request, RESPONSES)
 
 
 async def _handle(request: web.Request, endpoint: str) -> web.StreamResponse:
@@ -126,11 +131,12 @@ class Exchange:
         raw = await read_body(self.request, server.max_body_bytes)
         body = await parse_body(raw, server)
         mrt = self.admit_model(model_name(body))
-        parsed = parse_request(
+        parsed = await parse_features(
             body,
+            len(raw),
             self.endpoint,
             self.request.headers.get(ROUTE),
-            allow_override=mrt.config.routing.allow_client_override,
+            allow_override=may_override_route(self.request, mrt.config.routing),
         )
         self.tel = tel = self.start_telemetry()
         decision = self.decide(mrt, parsed.features, tel)
@@ -209,7 +215,7 @@ class Exchange:
             forward_headers=self.st.forward_headers,
             streams=self.st.streams,
             moves=self.st.moves.setdefault(self.model, MoveBoard())
-            if mrt.config.routing.move_on_flip
+            if mrt.config.routing.move_on_flip and self.endpoint != RESPONSES
             else None,
         )
         return await call.run()

@@ -12,13 +12,14 @@ import math
 from typing import Any
 
 from gateway.pipeline import request as pipeline
-from gateway.pipeline.request import CHAT, COMPLETIONS, MAX_PROMPT_TEXT, BadRequest, ParsedRequest
+from gateway.pipeline.request import CHAT, COMPLETIONS, MAX_PROMPT_TEXT, RESPONSES, BadRequest, ParsedRequest
 from gateway.wire.errors import ApiError
 
 __all__ = [
     "CHAT",
     "COMPLETIONS",
     "MAX_PROMPT_TEXT",
+    "RESPONSES",
     "ParsedRequest",
     "model_name",
     "parse_json",

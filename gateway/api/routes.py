@@ -81,7 +81,7 @@ async def _probe(st: GatewayState, rt: EngineRuntime, timeout_s: float) -> bool:
 def _names_visible(request: web.Request, st: GatewayState) -> bool:
     """Model and engine names are shown to admins, or to anyone when no key is configured
     (``GET /v1/models`` lists them then anyway)."""
-    return not st.client_keys or is_admin(request, st.config.server.admin_keys)
+    return not st.client_keys or is_admin(request, st.config.server)
 
 
 async def ready(request: web.Request) -> web.Response:

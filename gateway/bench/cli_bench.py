@@ -328,7 +328,9 @@ def _publish(args: argparse.Namespace, meta: dict[str, Any], rows: list[dict[str
     paths = write_all(args.out, meta, rows)
     print(markdown_table(rows))
     print("wrote " + ", ".join(paths.values()))
-    if args.update_readme:
+    if args.update_readme and "png" not in paths:
+        print(f"warning: {args.update_readme} not updated: its section shows the plot", file=sys.stderr)
+    elif args.update_readme:
         png = os.path.relpath(paths["png"], os.path.dirname(os.path.abspath(args.update_readme)) or ".")
         if not update_readme(args.update_readme, _readme_section(meta, rows, png)):
             print(

@@ -8,6 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.sim.report import pyplot
+
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (key, markdown header, format)
     ("policy", "policy", "s"),
@@ -57,11 +59,11 @@ def write_json(meta: dict[str, Any], rows: Sequence[dict[str, Any]], path: str) 
         fh.write("\n")
 
 
-def plot(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(rows: Sequence[dict[str, Any]], path: str, title: str) -> bool:
+    """TPOT and throughput against QPS per policy into ``path``; False when plots are not installed."""
+    plt = pyplot()
+    if plt is None:
+        return False
 
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
@@ -86,6 +88,7 @@ def plot(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def write_all(out_dir: str, meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -100,5 +103,6 @@ def write_all(out_dir: str, meta: dict[str, Any], rows: Sequence[dict[str, Any]]
     write_json(meta, rows, paths["json"])
     with open(paths["md"], "w", encoding="utf-8") as fh:
         fh.write(markdown_table(rows) + "\n")
-    plot(rows, paths["png"], str(meta.get("title", "specgate bench")))
+    if not plot(rows, paths["png"], str(meta.get("title", "specgate bench"))):
+        del paths["png"]
     return paths

@@ -341,7 +341,7 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     path = "" if via == PROXY else f", via {via}"
     title = f"bench (real sockets{path}) {sc.name}: {sc.description} (seed {args.seed})"
     md = scenario_report.write(bench, meta, out, title)
-    scenario_report.plot(bench, recs.get("adaptive"), sc.phases, out / "results.png", title)
+    drawn = scenario_report.plot(bench, recs.get("adaptive"), sc.phases, out / "results.png", title)
     head = "### Real sockets ÷ simulator (same scenario, requests and engine settings)\n\n"
     cmp_md = head + _comparison_md(cmp) + "\n\n" + _replicas_md(args.replicas, replicas)
     with open(out / "results.md", "a", encoding="utf-8") as fh:
@@ -353,5 +353,5 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
         (out / "replica_samples.json").write_text(json.dumps(rows), encoding="utf-8")
     print(md)
     print(cmp_md)
-    print(f"wrote {out}/results.{{json,md,png}}, simulator.json in {meta['wall_s']} s")
+    print(f"wrote {out}/results.{{json,md{',png' if drawn else ''}}}, simulator.json in {meta['wall_s']} s")
     return 0

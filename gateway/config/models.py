@@ -73,7 +73,8 @@ class ServerConfig(_Strict):
     )
     admin_keys: list[SecretStr] = Field(
         default_factory=list,
-        description="keys for /admin/*; when empty, admin endpoints answer loopback clients only",
+        description="keys for /admin/*; when empty, admin endpoints answer only loopback clients of a "
+        "loopback listener, without proxy headers (docs/security.md)",
     )
     metrics_require_key: bool | None = Field(
         None,

@@ -4,7 +4,9 @@ Only what the gateway relies on is checked (types and ranges of the sampling par
 it reads, presence of messages/prompt); every other field passes through untouched to
 the engine, which stays the authority on the rest of the schema. The prompt text is the
 messages' text joined in order; the overlap predictor's instruction is the last *user*
-message (chat) or the prompt (completions).
+message (chat) or the prompt (completions). A Responses API request (``/v1/responses``)
+is read the same way: ``instructions`` then the text of its ``input`` items form the
+prompt, the last user item is the instruction, ``max_output_tokens`` bounds the answer.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 
 CHAT = "chat"
 COMPLETIONS = "completions"
+RESPONSES = "responses"
 MAX_PROMPT_TEXT = 256 * 1024  # characters of prompt text kept for overlap prediction/learning
 
 
@@ -28,7 +31,7 @@ MAX_PROMPT_TEXT = 256 * 1024  # characters of prompt text kept for overlap predi
 class ParsedRequest:
     body: dict[str, Any]
     model: str
-    endpoint: str  # CHAT | COMPLETIONS
+    endpoint: str  # CHAT | COMPLETIONS | RESPONSES
     features: RequestFeatures
     prompt_text: str
     include_usage: bool  # the client asked for the final usage chunk
@@ -117,6 +120,55 @@ def _chat_text(body: dict[str, Any]) -> tuple[str, str]:
     return "\n".join(texts), last_user
 
 
+_INPUT_TEXT = frozenset({"input_text", "output_text", "text"})
+
+
+def _item_text(item: Any, where: str) -> tuple[str, str | None]:
+    """(text, role) of one Responses ``input`` item: a message's text parts; the output of
+    a tool call; nothing for the other item kinds (the engine checks those)."""
+    if not isinstance(item, dict):
+        raise _bad(where, "must be an object")
+    role = item.get("role")
+    if role is not None and not isinstance(role, str):
+        raise _bad(f"{where}.role", "must be a string")
+    content = item.get("content")
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise _bad(f"{where}.content[{i}]", "must be a content part object")
+            text = part.get("text")
+            if part.get("type") in _INPUT_TEXT:
+                if not isinstance(text, str):
+                    raise _bad(f"{where}.content[{i}].text", "must be a string")
+                parts.append(text)
+        return "\n".join(parts), role
+    if content is not None:
+        return _content_text(content, f"{where}.content"), role
+    output = item.get("output")
+    return (output if isinstance(output, str) else ""), role
+
+
+def _responses_text(body: dict[str, Any]) -> tuple[str, str]:
+    """(prompt text, instruction) of a Responses API request."""
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("instructions", "must be a string")
+    texts = [instructions] if instructions else []
+    given = body.get("input")
+    if isinstance(given, str) and given:
+        return "\n".join([*texts, given]), given
+    if not isinstance(given, list) or not given:
+        raise _bad("input", "is required: a string or a non-empty array of input items")
+    last_user = ""
+    for i, item in enumerate(given):
+        text, role = _item_text(item, f"input[{i}]")
+        texts.append(text)
+        if role == "user":
+            last_user = text
+    return "\n".join(texts), last_user
+
+
 def _completion_text(body: dict[str, Any]) -> tuple[str, int | None]:
     """(prompt text, token count when the prompt is token ids)."""
     prompt = body.get("prompt")
@@ -151,6 +203,15 @@ def parse_request(
     if endpoint == CHAT:
         prompt_text, instruction = _chat_text(body)
         prompt_tokens = None
+    elif endpoint == RESPONSES:
+        prompt_text, instruction = _responses_text(body)
+        prompt_tokens = None
+        if body.get("previous_response_id") is not None:
+            raise _bad(
+                "previous_response_id",
+                "is not supported through the gateway: a stored response lives on one engine, "
+                "and the next request may be routed to the other; send the conversation in 'input'",
+            )
     else:
         prompt_text, prompt_tokens = _completion_text(body)
         instruction = prompt_text
@@ -170,11 +231,15 @@ def parse_request(
     mct = _int(body, "max_completion_tokens", 1, 1 << 24)
     if mct is not None:
         max_tokens = mct if max_tokens is None else min(max_tokens, mct)
+    if endpoint == RESPONSES:
+        max_tokens = _int(body, "max_output_tokens", 1, 1 << 24)
     stream = _bool(body, "stream")
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise _bad("stream_options", "must be an object")
-    include_usage = bool(stream_options and stream_options.get("include_usage") is True)
+    # A Responses stream always ends with its usage (in ``response.completed``).
+    asked_usage = bool(stream_options and stream_options.get("include_usage") is True)
+    include_usage = endpoint == RESPONSES or asked_usage
     logit_bias = body.get("logit_bias")
     if logit_bias is not None and not isinstance(logit_bias, dict):
         raise _bad("logit_bias", "must be an object mapping token ids to biases")

@@ -24,7 +24,7 @@ from gateway.telemetry.hooks import RequestTelemetry
 from gateway.wire.errors import ApiError, error_response
 from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, upstream_headers
 
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
 
 
 @functools.lru_cache(maxsize=256)

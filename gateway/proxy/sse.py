@@ -138,7 +138,9 @@ class Harvest:
         :data:`CONTENT`, :data:`REASONING` or :data:`NO_TOKEN` (falsy)."""
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            # chat/completions name them prompt/completion, the Responses API input/output
+            pt = usage.get("prompt_tokens", usage.get("input_tokens"))
+            ct = usage.get("completion_tokens", usage.get("output_tokens"))
             if isinstance(pt, int):
                 self.prompt_tokens = pt
             if isinstance(ct, int):
@@ -159,6 +161,8 @@ class Harvest:
         err = obj.get("error")
         if err is not None:
             self.error = "engine_error"
+        if isinstance(obj.get("output"), list):  # a Responses API object
+            return self._take_response(obj)
         kind = NO_TOKEN
         choices = obj.get("choices")
         if isinstance(choices, list):
@@ -195,6 +199,77 @@ class Harvest:
         if part.get("tool_calls"):
             kind = CONTENT
         return kind
+
+    def _take_response(self, obj: dict[str, Any]) -> int:
+        """The output text of a whole Responses API object (its message items)."""
+        got = False
+        for item in obj["output"]:
+            message = isinstance(item, dict) and item.get("type") == "message"
+            content = item.get("content") if message else None
+            for part in content if isinstance(content, list) else ():
+                if not isinstance(part, dict) or part.get("type") != "output_text":
+                    continue
+                text = part.get("text")
+                if isinstance(text, str) and text:
+                    got = True
+                    self.add_text(text)
+        if got:
+            self.content_events += 1
+        return CONTENT if got else NO_TOKEN
+
+
+# Responses API stream events (``event: <type>`` + ``data: {"type": <type>, ...}``).
+_RESPONSE_TEXT = "response.output_text.delta"
+_RESPONSE_TOKENS = frozenset({_RESPONSE_TEXT, "response.reasoning_text.delta", "response.refusal.delta"})
+_RESPONSE_END = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def responses_event(ev: bytes, client: str, harvest: Harvest) -> tuple[bytes, bool, bool]:
+    """One Responses API stream event → (bytes to send, the stream ended, it carried a token).
+
+    The events that carry the response object (``response.created`` ... ``response.completed``)
+    get its ``model`` renamed to the client's and give their usage; text deltas feed the
+    harvest; ``response.failed`` and ``error`` mark the answer failed. The stream ends at its
+    last event (``response.completed``, ``.incomplete``, ``.failed``, ``error``), or at a
+    ``[DONE]`` some servers add."""
+    at = 0 if ev.startswith(b"data:") else ev.find(b"\ndata:") + 1  # the first data line
+    if at == 0 and not ev.startswith(b"data:"):
+        return ev + b"\n\n", False, False
+    head, data = ev[:at], ev[at + 5 :].strip()
+    if data == b"[DONE]":
+        return DONE, True, False
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return ev + b"\n\n", False, False
+    if not isinstance(obj, dict):
+        return ev + b"\n\n", False, False
+    kind = obj.get("type")
+    ended = kind in _RESPONSE_END
+    if kind in ("response.failed", "error"):
+        harvest.error = "engine_error"
+    if kind in _RESPONSE_TOKENS:
+        delta = obj.get("delta")
+        if kind == _RESPONSE_TEXT and isinstance(delta, str):
+            harvest.add_text(delta)
+        harvest.content_events += 1
+        return ev + b"\n\n", ended, True
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        return ev + b"\n\n", ended, False
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        harvest.take({"usage": usage})
+    if "model" in response:
+        response["model"] = client
+    out = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return head + b"data: " + out + b"\n\n", ended, False
+
+
+def slow_event(data: bytes) -> bool:
+    """The event may carry usage, an error or per-request metrics: parse it (no generator:
+    this runs for every event of every stream)."""
+    return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
 
 
 def error_event(message: str, code: int = 502, type_: str = "upstream_error") -> bytes:

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.engines.runtime import EngineRuntime
+from gateway.pipeline.request import RESPONSES
 from gateway.proxy.handoff import MoveRelay, Side, release
 from gateway.proxy.idle import IdleTimer
 from gateway.proxy.move import OPENING, Continuation
@@ -29,7 +30,9 @@ from gateway.proxy.sse import (
     Harvest,
     Patterns,
     error_event,
+    responses_event,
     rewrite_model,
+    slow_event,
     token_kind,
 )
 from gateway.telemetry.logthrottle import LogThrottle
@@ -52,6 +55,8 @@ class StreamRelay(MoveRelay):
 
     __slots__ = ()
 
+    endpoint: str
+    client_model: str
     # Where a relaying task registers itself while it streams (so that shutdown can cut
     # it with :data:`SHUTDOWN`); None: nobody cuts streams.
     streams: set[asyncio.Task[Any]] | None
@@ -289,11 +294,16 @@ class StreamRelay(MoveRelay):
     ) -> tuple[bytes, bool]:
         """One SSE event → (bytes to send, saw [DONE]); ``cont``: the event comes from the
         sibling that continues a moved answer, and is rewritten into the client's."""
+        if self.endpoint == RESPONSES:  # typed events, never moved
+            piece, done, token = responses_event(ev, self.client_model, harvest)
+            if token:
+                self._token_seen(result, CONTENT)
+            return piece, done
         if ev.startswith(b"data:"):
             data = ev[5:].strip()
             if data == b"[DONE]":
                 return DONE, True
-            if cont is None and not harvest.collect_text and not _slow(data):
+            if cont is None and not harvest.collect_text and not slow_event(data):
                 # Fast path for the plain content chunks that make up almost all of a stream:
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
@@ -326,12 +336,6 @@ class StreamRelay(MoveRelay):
                 out = rewrite_model(data, patterns, obj, self.client_model)
             return b"data: " + out + b"\n\n", False
         return ev + b"\n\n", False
-
-
-def _slow(data: bytes) -> bool:
-    """The event may carry usage, an error or per-request metrics: parse it (no generator:
-    this runs for every event of every stream)."""
-    return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
 
 
 async def _last_words(out: web.StreamResponse, message: str) -> None:

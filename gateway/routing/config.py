@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gateway.routing.factory import PolicyName
 
@@ -17,8 +17,21 @@ class RoutingConfig(BaseModel):
     )
     max_temperature: float = Field(0.3, ge=0.0, le=2.0, description="threshold of the temperature policy")
     allow_client_override: bool = Field(
-        True, description="honour the x-specgate-route: auto|spec|base request header"
+        False,
+        description="honour the x-specgate-route: auto|spec|base request header (a client then pins "
+        "engines for its requests; an operator's POST /admin/route pin still wins). Off by default",
     )
+    override_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="with allow_client_override on: only requests bearing one of these client keys "
+        "may use the header (empty: every client of the model)",
+    )
+
+    @model_validator(mode="after")
+    def _keys_need_override(self) -> RoutingConfig:
+        if self.override_keys and not self.allow_client_override:
+            raise ValueError("override_keys is set but allow_client_override is off")
+        return self
 
     # --- adaptive policy knobs -------------------------------------------------------
     profile: str = Field(

@@ -1,4 +1,8 @@
-"""Hard rules applied before any policy: refused parameters, forced routes, dead engines.
+"""Hard rules applied before any policy: refused parameters, dead engines, pinned and forced routes.
+
+Their order is their precedence: parameters a speculative engine refuses, then engines
+that are down, then the operator's pin (``POST /admin/route``), then a client's
+``x-specgate-route`` header (honoured only where the configuration allows it).
 
 Every policy goes through :func:`apply_hard_rules` first; a policy's own logic only runs
 when the rules leave the choice open.
@@ -80,11 +84,11 @@ def apply_hard_rules(features: RequestFeatures, view: ModelView) -> Preliminary:
         return Preliminary(_decide(pair, Route.BASE, Reason.SPEC_DOWN, movable=False), pair)
     if not base_ok:
         return Preliminary(_decide(pair, Route.SPEC, Reason.BASE_DOWN, movable=False), pair)
-    forced = features.forced
-    if forced is None and view.pinned is not RouteOverride.AUTO:
+    # An operator's pin (POST /admin/route) wins over a client's x-specgate-route header.
+    if view.pinned is not RouteOverride.AUTO:
         return Preliminary(_decide(pair, Route(view.pinned.value), Reason.PINNED, movable=True), pair)
-    if forced is not None:
-        return Preliminary(_decide(pair, forced, Reason.FORCED, movable=True), pair)
+    if features.forced is not None:
+        return Preliminary(_decide(pair, features.forced, Reason.FORCED, movable=True), pair)
     return Preliminary(None, pair)
 
 

@@ -77,9 +77,10 @@ def run_scenario(args: argparse.Namespace, scenario: Scenario, cfgs: list[SimCon
     md = scenario_report.write(report, meta, out, title)
     rows = [row for r in results for row in phase_summaries(r)]
     write_csv(rows, out / "phases.csv", extra=("phase_start_s",))
-    scenario_report.plot(report, recs.get("adaptive"), scenario.phases, out / "results.png", title)
+    drawn = scenario_report.plot(report, recs.get("adaptive"), scenario.phases, out / "results.png", title)
     print(md)
     for policy, agree in meta.get("replica_agreement", {}).items():
         print(f"{c0.replicas} replicas{' (peers)' if c0.peers else ''}, {policy}: {agree}")
-    print(f"wrote {out}/results.{{csv,json,md,png}}, minutes.csv, phases.csv in {meta['wall_s']} s")
+    png = ",png" if drawn else ""
+    print(f"wrote {out}/results.{{csv,json,md{png}}}, minutes.csv, phases.csv in {meta['wall_s']} s")
     return 0

@@ -340,11 +340,11 @@ def main(args: argparse.Namespace) -> int:
     if len(seeds) > 1:
         table += "\n" + seed_ratios(rows)
     (out / "results.md").write_text(table)
-    plot(
+    drawn = plot(
         [r for r in rows if r["seed"] == seeds[0]],
         out / "results.png",
         f"specgate simulate — {args.profile}, {args.method} k={args.k}",
     )
     print(table)
-    print(f"wrote {out}/results.{{csv,json,md,png}} in {meta['wall_s']} s")
+    print(f"wrote {out}/results.{{csv,json,md{',png' if drawn else ''}}} in {meta['wall_s']} s")
     return 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.routing.factory import ADAPTIVE, STATIC_BASELINES
 
@@ -77,11 +79,29 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: Sequence[Row], path: Path, title: str) -> None:
-    import matplotlib
+PLOTS_EXTRA = "pip install 'specgate[plots]'"
 
+
+def pyplot() -> Any | None:
+    """matplotlib's pyplot on its file backend, or None when matplotlib is not installed
+    (a runtime-only install): plots are optional, the results never depend on them, so the
+    caller skips its plot and this says once, on stderr, which extra draws it."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"specgate: no plot drawn: matplotlib is not installed ({PLOTS_EXTRA})", file=sys.stderr)
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(rows: Sequence[Row], path: Path, title: str) -> bool:
+    """Draw the sweep's panels into ``path``; False when plots are not installed."""
+    plt = pyplot()
+    if plt is None:
+        return False
 
     policies = sorted({str(r["policy"]) for r in rows}, key=lambda p: (p != "adaptive", p))
     panels = (
@@ -109,6 +129,7 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def seed_ratios(rows: Sequence[Row]) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.sim import analysis as an
+from gateway.sim.report import pyplot
 from gateway.sim.scenarios import Phase
 
 ORACLE = "oracle"
@@ -170,12 +171,12 @@ def plot(
     path: Path,
     title: str,
     bin_s: float = 10.0,
-) -> None:
-    """TPOT per minute of every policy, adaptive's spec share and the offered QPS over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+) -> bool:
+    """TPOT per minute of every policy, adaptive's spec share and the offered QPS over time;
+    False when plots are not installed."""
+    plt = pyplot()
+    if plt is None:
+        return False
 
     fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
     t0, ws = float(report["t0"]), float(report["window_s"])
@@ -224,3 +225,4 @@ def plot(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True

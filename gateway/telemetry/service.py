@@ -27,7 +27,7 @@ log = logging.getLogger("specgate.telemetry")
 NONE = "none"
 
 
-_ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
 
 
 def _http_route(endpoint: str) -> str:

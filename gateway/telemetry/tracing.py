@@ -6,7 +6,11 @@ Tracing is on only when the environment asks for an exporter:
 - ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set (implies otlp);
 - ``OTEL_SDK_DISABLED=true`` turns it off whatever else is set.
 
-OTLP speaks http/protobuf (``pip install 'specgate[otlp]'``); endpoint, headers, timeout and
+OTLP speaks http/protobuf (the default) or grpc, as ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or
+``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``) says; both exporters come with
+``pip install 'specgate[otlp]'`` and in the container image. A protocol whose exporter is
+not installed, or an unknown one, logs a warning and leaves OTLP off (the gateway still
+starts). Endpoint, headers, timeout, TLS and
 compression come from the exporter's own ``OTEL_EXPORTER_OTLP_*`` variables, sampling from
 ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``, the service name from
 ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``. When off, the gateway creates no spans
@@ -78,22 +82,43 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
     return []
 
 
-def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
+# OTLP protocol (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL) -> (exporter module, its package).
+_OTLP = {
+    "http/protobuf": (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-http",
+    ),
+    "grpc": (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-grpc",
+    ),
+}
+
+
+def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
+    """The OTLP exporter of the protocol the environment names (default http/protobuf);
+    None, with a warning, when that protocol is unknown or its exporter is not installed:
+    tracing is an aid, and a pod must not crash-loop over it."""
     proto = (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
-    ).strip()
-    if proto and proto != "http/protobuf":
-        raise TracingConfigError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r} is not supported; "
-            "specgate exports OTLP over http/protobuf"
+    ).strip().lower() or "http/protobuf"
+    if proto not in _OTLP:
+        log.warning(
+            "OTEL_EXPORTER_OTLP_PROTOCOL=%r is not supported (grpc or http/protobuf): OTLP tracing off",
+            proto[:40],
         )
+        return None
+    module, package = _OTLP[proto]
     try:
-        mod = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise TracingConfigError(
-            "OTLP tracing requested by OTEL_* variables but opentelemetry-exporter-otlp-proto-http "
-            "is not installed: pip install 'specgate[otlp]'"
-        ) from exc
+        mod = importlib.import_module(module)
+    except ImportError:
+        log.warning(
+            "OTLP tracing over %s requested by OTEL_* variables, but %s is not installed "
+            "(pip install 'specgate[otlp]'): OTLP tracing off",
+            proto,
+            package,
+        )
+        return None
     exporter: SpanExporter = mod.OTLPSpanExporter()
     return exporter
 
@@ -107,13 +132,17 @@ def tracing_from_env(service_name: str = "specgate", env: Mapping[str, str] | No
     exporters: list[SpanExporter] = []
     for name in names:
         if name == "otlp":
-            exporters.append(_otlp_exporter(env))
+            otlp = _otlp_exporter(env)
+            if otlp is not None:
+                exporters.append(otlp)
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
         else:
             raise TracingConfigError(
                 f"OTEL_TRACES_EXPORTER={name!r}: specgate supports otlp, console or none"
             )
+    if not exporters:
+        return Tracing(None)
     provider = TracerProvider(resource=_resource(service_name, env))
     for exp in exporters:
         provider.add_span_processor(BatchSpanProcessor(exp))

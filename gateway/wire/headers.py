@@ -30,6 +30,24 @@ HOP_BY_HOP = frozenset(
         "proxy-connection",
     }
 )
+# Headers a proxy adds to say whom it relays (lower case): a request carrying one did not
+# come straight from its TCP peer.
+PROXY_HEADERS = frozenset(
+    {
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-forwarded-port",
+        "x-forwarded-server",
+        "x-original-forwarded-for",
+        "x-real-ip",
+        "x-client-ip",
+        "true-client-ip",
+        "cf-connecting-ip",
+        "via",
+    }
+)
 # Never forwarded upstream: client credentials, framing the gateway recomputes, and
 # client-spoofable proxy/identity headers an engine or its proxies might trust.
 _NOT_UPSTREAM = frozenset(

@@ -13,6 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 from pydantic import SecretStr
 
 from gateway.api.auth import check_admin, is_loopback
+from gateway.config.models import ServerConfig
 from gateway.wire.errors import ApiError
 from tests.proxy.fake_engine import FakeEngine
 from tests.proxy.harness import harness
@@ -103,13 +104,14 @@ def test_admin_without_key_is_loopback_only(remote: str, ok: bool) -> None:
     req = _req(remote)
     assert is_loopback(req) is ok
     if ok:
-        check_admin(req, [])
+        check_admin(req, ServerConfig())
     else:
         with pytest.raises(ApiError) as e:
-            check_admin(req, [])
+            check_admin(req, ServerConfig())
         assert e.value.status == 403
     with pytest.raises(ApiError):
-        check_admin(req, [SecretStr(ADMIN)])  # with a key configured, loopback is not enough
+        # with a key configured, loopback is not enough
+        check_admin(req, ServerConfig(admin_keys=[SecretStr(ADMIN)]))
 
 
 async def test_metrics_endpoint_and_optional_key() -> None:

@@ -18,6 +18,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tests.proxy.fake_responses import response_events, response_object
+
 
 @dataclass
 class Seen:
@@ -63,9 +65,12 @@ class FakeEngine:
     hold: asyncio.Event = field(default_factory=asyncio.Event)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/detokenize", self._tokenize)
         app.router.add_get("/health", self._health)
         app.router.add_post("/tokenize", self._tokenize)
         return app
@@ -122,6 +127,46 @@ class FakeEngine:
             "model": self.model_in_reply or body.get("model"),
             "choices": [choice],
         }
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's tokenizer endpoints, one token per word (ids are word indexes)."""
+        body = await request.json()
+        self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
+        if self.status != 200:
+            err = {"error": {"message": "engine says no", "type": "BadRequestError", "code": self.status}}
+            return web.json_response(err, status=self.status)
+        if request.path == "/detokenize":
+            return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
+        n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
+        answer = {"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None}
+        return web.json_response(answer)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
+        self.received.set()
+        model = self.model_in_reply or body.get("model")
+        if self.status != 200:
+            err = {"error": {"message": "engine says no", "type": "BadRequestError", "code": self.status}}
+            return web.json_response(err, status=self.status)
+        if not body.get("stream"):
+            self.finished.set()
+            return web.json_response(response_object(body, "".join(self.tokens), "completed", model))
+        resp = web.StreamResponse()
+        resp.content_type = "text/event-stream"
+        await resp.prepare(request)
+        for i, ev in enumerate(response_events(body, self.tokens, model)):
+            await resp.write(ev)
+            if i == 0:
+                self.first_sent.set()
+                if self.gate is not None:
+                    await self.gate.wait()
+                if self.die_after_first and request.transport is not None:
+                    request.transport.close()
+                    return resp
+        await resp.write_eof()
+        self.finished.set()
+        return resp
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         body = await request.json()

@@ -35,7 +35,8 @@ def gateway_config(spec_url: str, base_url: str, **over: Any) -> GatewayConfig:
             }
         ],
         "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 20.0},
-        "routing": {"policy": "temperature", "max_temperature": 0.3},
+        # Tests force routes with x-specgate-route: the operator here allows it (off by default).
+        "routing": {"policy": "temperature", "max_temperature": 0.3, "allow_client_override": True},
     }
     for key in ("timeouts", "retry", "routing"):
         if key in over:

@@ -50,7 +50,8 @@ def gateway_config(spec_url: str, base_url: str, **over: Any) -> GatewayConfig:
         device="gpu0",
         timeouts={"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 30.0},
         retry={"failures_to_unhealthy": 3, "cooldown_s": 0.5},
-        routing={"policy": "temperature", "max_temperature": 0.3},
+        # Tests force routes with x-specgate-route: the operator here allows it (off by default).
+        routing={"policy": "temperature", "max_temperature": 0.3, "allow_client_override": True},
     )
     for key in ("timeouts", "retry", "routing"):
         model[key] = {**model[key], **over.pop(key, {})}

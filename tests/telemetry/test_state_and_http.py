@@ -155,8 +155,9 @@ def test_otel_env_selection() -> None:
     assert exporter_names({"OTEL_TRACES_EXPORTER": "console,otlp"}) == ["console", "otlp"]
     assert exporter_names({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}) == []
     assert not tracing_from_env(env={}).enabled
-    with pytest.raises(TracingConfigError, match="grpc"):
-        tracing_from_env(env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    grpc = tracing_from_env(env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert grpc.enabled  # OTLP over gRPC (tests/telemetry/test_otlp_grpc.py exports through it)
+    grpc.shutdown()
     with pytest.raises(TracingConfigError, match="zipkin"):
         tracing_from_env(env={"OTEL_TRACES_EXPORTER": "zipkin"})
     t = tracing_from_env(env={"OTEL_TRACES_EXPORTER": "console"})

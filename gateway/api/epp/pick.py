@@ -20,6 +20,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
+from gateway.api.auth import may_override_route
 from gateway.api.completions import admit_model, authenticate, choose_route, overloaded, tell_decided
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.features import CHAT, COMPLETIONS, ParsedRequest, model_name, parse_request
@@ -110,7 +111,7 @@ def admit(
     name = model_name(body)
     mrt = admit_model(st, req, name)
     parsed = parse_request(
-        body, endpoint, req.headers.get(ROUTE), allow_override=mrt.config.routing.allow_client_override
+        body, endpoint, req.headers.get(ROUTE), allow_override=may_override_route(req, mrt.config.routing)
     )
     tel = st.telemetry.start_request(name, endpoint, req.rid, req.headers)
     t0 = time.perf_counter()

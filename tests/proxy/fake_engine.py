@@ -72,7 +72,6 @@ class FakeEngine:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/detokenize", self._tokenize)
         app.router.add_get("/health", self._health)
-        app.router.add_post("/tokenize", self._tokenize)
         return app
 
     PROMPT_TOKENS = 7  # every prompt, whatever its text (plus a continued answer's tokens)
@@ -96,12 +95,12 @@ class FakeEngine:
             return self.PROMPT_TOKENS + done, done
         return self.PROMPT_TOKENS, 0
 
-    async def _tokenize(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
-        if isinstance(body.get("prompt"), str):  # the fake's prompts count PROMPT_TOKENS; text its own
-            return web.json_response({"count": self._answer_tokens(body["prompt"]), "tokens": []})
-        return web.json_response({"count": self._prompt_tokens(body)[0], "tokens": []})
+    def _reasoning_count(self, body: dict[str, Any]) -> int:
+        """A reasoning fake's ``/tokenize``: its prompts count :data:`PROMPT_TOKENS` (as its
+        usage does), a text the tokens of its answer that it is the start of."""
+        if isinstance(body.get("prompt"), str):
+            return self._answer_tokens(body["prompt"])
+        return self._prompt_tokens(body)[0]
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=self.health_status)
@@ -129,7 +128,8 @@ class FakeEngine:
         }
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's tokenizer endpoints, one token per word (ids are word indexes)."""
+        """vLLM's tokenizer endpoints, one token per word (ids are word indexes); a reasoning
+        fake counts as :meth:`_reasoning_count` says."""
         body = await request.json()
         self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
         if self.status != 200:
@@ -137,7 +137,10 @@ class FakeEngine:
             return web.json_response(err, status=self.status)
         if request.path == "/detokenize":
             return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
-        n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
+        if self.reasoning:
+            n = self._reasoning_count(body)
+        else:
+            n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
         answer = {"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None}
         return web.json_response(answer)
 

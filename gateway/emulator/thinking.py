@@ -87,7 +87,7 @@ class ThinkingAnswer:
     own reasoning, or the one given (``reasoning``, what a prompt's closed think block holds),
     and the content that follows it."""
 
-    __slots__ = ("_content", "_head", "_reasoning", "kind", "natural_length", "temperature")
+    __slots__ = ("_content", "_head", "_reasoning", "_strip", "kind", "natural_length", "temperature")
 
     def __init__(
         self,
@@ -98,7 +98,10 @@ class ThinkingAnswer:
         temperature: float,
         kind: PromptKind | None,
         reasoning: str | None = None,
+        strip: bool = True,
     ) -> None:
+        """``strip``: the content's first token loses its leading whitespace (a thinking
+        model starts its content at a word)."""
         self.kind = kind or classify(prompt)
         self.temperature = max(0.0, temperature)
         self._reasoning: AnswerGenerator | None = None
@@ -127,7 +130,7 @@ class ThinkingAnswer:
             seed=_seed_int(seed, reasoning) if reasoning else seed,
             kind=self.kind,
         )
-        self._content = content
+        self._content, self._strip = content, strip
         self._head = [THINK_OPEN, "\n", *toks, "\n", THINK_CLOSE, "\n\n"]
         self.natural_length = len(self._head) + content.natural_length
 
@@ -142,7 +145,7 @@ class ThinkingAnswer:
             return head[i]
         j = i - len(head)
         tok = self._content.token(j)
-        return tok.lstrip() if j == 0 else tok
+        return tok.lstrip() if j == 0 and self._strip else tok
 
     def tokens(self, start: int, end: int) -> list[str]:
         return [self.token(i) for i in range(start, end)]
@@ -256,9 +259,15 @@ def answer_stream(
     an open think block goes on thinking; a closed one holds the reasoning the content is
     conditioned on). ``thinking``: the model thinks when nothing is given."""
 
-    def think(reasoning: str | None = None) -> ThinkingAnswer:
+    def think(reasoning: str | None = None, strip: bool = True) -> ThinkingAnswer:
         return ThinkingAnswer(
-            prompt, prompt_tokens, seed=seed, temperature=temperature, kind=kind, reasoning=reasoning
+            prompt,
+            prompt_tokens,
+            seed=seed,
+            temperature=temperature,
+            kind=kind,
+            reasoning=reasoning,
+            strip=strip,
         )
 
     if not thinking and given.startswith(NO_THINKING):
@@ -271,10 +280,13 @@ def answer_stream(
             return Continued(think(), 0, len(given))
         reasoning = given[len(THINK_OPEN) : close].strip("\n")
         after = given[close + len(THINK_CLOSE) :]
-        full = think()
-        own = "".join(full.tokens(2, full.content_start - 3))
-        if reasoning != own:
-            full = think(reasoning)
+        if thinking:
+            full = think()
+            own = "".join(full.tokens(2, full.content_start - 3))
+            if reasoning != own:
+                full = think(reasoning)
+        else:  # a model that does not think: its own content, conditioned on what it is given
+            full = think(reasoning, strip=False)
         start = full.content_start - (0 if after else 1)
         return Continued(full, start, len(after.lstrip("\n")))
     if thinking and not given:

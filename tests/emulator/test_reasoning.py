@@ -250,3 +250,23 @@ def test_reasoning_answers_accept_drafts_by_the_prompts_nature() -> None:
     edit, chat = _acceptance(EDITS, True), _acceptance(CHATS, True)
     assert edit > chat + 0.5
     assert _acceptance(EDITS, False) > edit
+
+
+async def test_a_model_that_does_not_think_continues_after_the_empty_think_block(
+    pair: EmulatorGroup,
+) -> None:
+    """Without a reasoning parser the model does not think, but a continued message still
+    renders with Qwen3's empty think block: the rest is the unmoved answer's rest."""
+    spec_url, base_url = pair.urls
+    messages = [{"role": "user", "content": CHATS[0]}]  # an answer that starts with a space
+    content = (await _chat(spec_url, SPEC, messages, max_tokens=200)).choices[0].message.content
+    assert content.startswith(" ")
+    for cut in _cuts(content, 1, random.Random(5), 6):
+        rest = await _chat(
+            base_url,
+            BASE,
+            [*messages, {"role": "assistant", "content": content[:cut]}],
+            max_tokens=200,
+            extra_body={"continue_final_message": True, "add_generation_prompt": False, "ignore_eos": True},
+        )
+        assert (content[:cut] + rest.choices[0].message.content).startswith(content), cut

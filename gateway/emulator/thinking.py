@@ -26,14 +26,7 @@ import math
 from collections import OrderedDict
 from typing import Protocol
 
-from gateway.emulator.template import (
-    ASSISTANT_TURN,
-    END_OF_TURN,
-    NO_THINKING,
-    THINK_CLOSE,
-    THINK_OPEN,
-    model_tokenize,
-)
+from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN, model_tokenize
 from gateway.emulator.textgen import (
     _FILLER_RANKED,
     _NOVEL,
@@ -270,11 +263,7 @@ def answer_stream(
             strip=strip,
         )
 
-    if not thinking and given.startswith(NO_THINKING):
-        # A model that does not think, given its answer back: Qwen3's template renders the
-        # final assistant message after an empty think block, around the plain answer.
-        given = given[len(NO_THINKING) :]
-    elif given.startswith(THINK_OPEN) or (thinking and given and THINK_OPEN.startswith(given)):
+    if given.startswith(THINK_OPEN) or (thinking and given and THINK_OPEN.startswith(given)):
         close = given.find(THINK_CLOSE)
         if close < 0:  # inside the think block: the reasoning goes on
             return Continued(think(), 0, len(given))

@@ -21,6 +21,7 @@ from gateway.api.epp.server import EPP
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
 from gateway.config.models import ServerConfig
+from gateway.proxy.move import Asked
 from gateway.routing.steptime import get_step_model
 from gateway.routing.types import RouteOverride
 from gateway.wire.errors import ApiError
@@ -123,7 +124,11 @@ async def drain(request: web.Request) -> web.Response:
     """``{"engine": "<name>", "draining": true|false, "move": false}``: stop (or resume)
     sending new requests to an engine, e.g. before restarting it. Requests already on it
     finish there, unless ``move`` is true: then its streams that can continue elsewhere move
-    to their sibling engine now (as at a regime flip), and the rest finish there."""
+    to their sibling engine (as at a regime flip), and the rest finish there. ``moving``
+    counts the streams that move now (answering their content, or still queued);
+    ``moving_later`` those still thinking (or not yet past their opening chunk), which move
+    once their content begins unless they end first (a move mid-reasoning cannot be written
+    as a chat message: docs/moves.md)."""
     st = request.app[STATE]
     body = await _admin_body(request, st.config.server)
     name, flag, move = body.get("engine"), body.get("draining", True), body.get("move", False)
@@ -137,6 +142,12 @@ async def drain(request: web.Request) -> web.Response:
     engine = model.engines[name]
     engine.draining = flag
     board = st.moves.get(model.name)
-    moved = board.move(engine=name) if move and board is not None else 0
-    out = {"engine": name, "draining": flag, "inflight": engine.inflight, "moving": moved}
+    asked = board.move(engine=name) if move and board is not None else Asked(0, 0)
+    out = {
+        "engine": name,
+        "draining": flag,
+        "inflight": engine.inflight,
+        "moving": asked.moving,
+        "moving_later": asked.later,
+    }
     return web.Response(body=json.dumps(out).encode(), content_type="application/json")

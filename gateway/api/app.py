@@ -149,7 +149,7 @@ def _peer_service(config: GatewayConfig, state: GatewayState, bus: PeerBus | Non
 
     def move(model: str, route: Route) -> None:
         board = state.moves.get(model)
-        asked = board.move(route) if board is not None else 0
+        asked = board.move(route).moving if board is not None else 0
         log.info("regime flip (peer channel): %d stream(s) asked to leave the %s engine", asked, route.value)
 
     return PeerService(config.peers, bus, state.models, on_move=move)

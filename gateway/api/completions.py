@@ -173,7 +173,7 @@ class Exchange:
         self.headers[REASON] = decision.reason
         if decision.move_from is not None and mrt.config.routing.move_on_flip:
             board = self.st.moves.get(self.model)
-            asked = board.move(decision.move_from) if board is not None else 0
+            asked = board.move(decision.move_from).moving if board is not None else 0
             log.info(
                 "regime flip: %d stream(s) asked to leave the %s engine", asked, decision.move_from.value
             )
@@ -225,6 +225,11 @@ class Exchange:
         self.error = result.error
         self.prompt_tokens = result.harvest.prompt_tokens
         self.completion_tokens = result.harvest.completion_tokens
+        if result.harvest.reasoning_events and self.tel is not None:
+            try:
+                self.tel.reasoning_tokens(result.harvest.reasoning_tokens)
+            except Exception:
+                log.exception("telemetry reasoning_tokens failed")
 
     def learn(
         self,

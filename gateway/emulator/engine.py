@@ -60,10 +60,10 @@ from gateway.emulator.engine_types import (
     TokenEvent,
 )
 from gateway.emulator.stepcost import price_step
+from gateway.emulator.template import model_tokenize
 from gateway.emulator.textgen import PromptKind, answer_seed
 from gateway.emulator.thinking import AnswerMemory, answer_for
 from gateway.physics import StepTimeProfile, get_profile
-from gateway.text import tokenize
 from gateway.text.lookup import Proposer
 from gateway.text.suffix import AnswerCache, SuffixProposer
 
@@ -127,7 +127,7 @@ class Engine:
     ) -> EngineRequest:
         """The answer starts where the prompt's text says (:func:`~gateway.emulator.thinking.answer_for`)."""
         counter = next(self._ids)
-        toks = prompt_tokens if prompt_tokens is not None else tokenize(prompt)
+        toks = prompt_tokens if prompt_tokens is not None else model_tokenize(prompt)
         s = answer_seed(seed, self.config.seed, counter, temperature)
         thinking = self.config.reasoning_parser is not None
         gen = answer_for(prompt, toks, s, temperature, kind, thinking=thinking, memory=self.memory)

@@ -1,4 +1,5 @@
-"""The emulated server's OpenAI routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+"""The emulated server's OpenAI routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/tokenize`` and ``/detokenize``.
 
 A generation request is checked against the fault knobs, parsed and validated
 (:func:`gateway.emulator.protocol.parse_request`), turned into one engine request per
@@ -30,8 +31,7 @@ from gateway.emulator.protocol import (
     sse,
 )
 from gateway.emulator.responses import stream_response, unary_response
-from gateway.emulator.template import chat_prompt
-from gateway.text import tokenize
+from gateway.emulator.template import chat_prompt, model_tokenize
 
 
 def _err(e: ApiError) -> web.Response:
@@ -70,10 +70,47 @@ async def post_tokenize(request: web.Request) -> web.Response:
             raise ApiError("prompt must be a string (or give messages)", param="prompt")
     except ApiError as e:
         return _err(e)
-    ids = [zlib.crc32(t.encode()) % VOCAB_SIZE for t in tokenize(text)]
+    ids = [token_id(t) for t in model_tokenize(text)]
     return json_response(
         {"count": len(ids), "max_model_len": cfg.max_model_len, "tokens": ids, "token_strs": None}
     )
+
+
+# The emulator has no fixed vocabulary: ids are given out as tokens are first seen.
+_IDS: dict[str, int] = {}
+_VOCAB: dict[int, str] = {}
+
+
+def token_id(token: str) -> int:
+    """A token's id: a hash of its text below VOCAB_SIZE (the same in every process), the
+    next free id after it where another token took that one first."""
+    i = _IDS.get(token)
+    if i is None:
+        i = zlib.crc32(token.encode()) % VOCAB_SIZE
+        if len(_VOCAB) < VOCAB_SIZE:
+            while i in _VOCAB:
+                i = (i + 1) % VOCAB_SIZE
+            _IDS[token], _VOCAB[i] = i, token
+    return i
+
+
+async def post_detokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /detokenize``: ``tokens`` (ids ``/tokenize`` gave out) → ``prompt``."""
+    h = request.app[ENGINE]
+    if h.dead:
+        cut_connection(request)
+        return web.Response(status=503)
+    try:
+        body = check_body(await json_body(request), h.engine.config.served_model_name)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ApiError("tokens must be a list of token ids", param="tokens")
+        unknown = [i for i in ids if i not in _VOCAB]
+        if unknown:
+            raise ApiError(f"token id {unknown[0]} is out of vocabulary", param="tokens")
+    except ApiError as e:
+        return _err(e)
+    return json_response({"prompt": "".join(_VOCAB[i] for i in ids)})
 
 
 async def post_completions(request: web.Request) -> web.StreamResponse:

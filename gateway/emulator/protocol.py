@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.emulator.errors import ApiError
-from gateway.emulator.template import chat_prompt
-from gateway.text import tokenize
+from gateway.emulator.template import chat_prompt, model_tokenize
 
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
 VOCAB_SIZE = 151_936  # Qwen3's: the ids /tokenize answers with
@@ -104,7 +103,7 @@ def check_body(body: Any, served_model_name: str) -> dict[str, Any]:
 def parse_request(body: Any, *, chat: bool, served_model_name: str, max_model_len: int) -> ParsedRequest:
     body = check_body(body, served_model_name)
     prompts = [chat_prompt(body)] if chat else _prompts(body)
-    toks = [tokenize(p) for p in prompts]
+    toks = [model_tokenize(p) for p in prompts]
     if not all(toks):  # as vLLM: an empty prompt is a client error (it would schedule nothing)
         raise ApiError("The decoder prompt cannot be empty", param="prompt")
     max_tokens = _int(body, "max_completion_tokens" if chat else "max_tokens", 1, 1 << 30)

@@ -313,6 +313,7 @@ async def _stream(
         parser.feed if parser is not None else (lambda toks: ("", "".join(toks)))
     )
     chunks = 0
+    hang_after = h.faults.mid_stream_chunks if h.faults.hang == "mid_stream" else None
     while True:
         ev = await queue.get()
         reasoning, content = split(ev.tokens)
@@ -325,6 +326,9 @@ async def _stream(
         if crash_after_chunks is not None and chunks >= crash_after_chunks:
             await h.crash()
             return out
+        if hang_after is not None and chunks >= hang_after:
+            await h.hang_event().wait()  # until the hang fault is lifted (or the client leaves)
+            hang_after = None
         if h.dead:
             cut_connection(request)
             return out

@@ -2,7 +2,7 @@
 
 Endpoints as vLLM serves them: ``POST /v1/completions``, ``POST /v1/chat/completions``,
 ``POST /v1/responses`` (streaming and not; :mod:`gateway.emulator.responses_api`),
-``POST /tokenize``, ``GET /v1/models``, ``GET /health``, ``GET|POST /ping``,
+``POST /tokenize``, ``POST /detokenize``, ``GET /v1/models``, ``GET /health``, ``GET|POST /ping``,
 ``GET /version``, ``GET /metrics``. Admin (emulator only): ``GET|POST
 /_emulator/faults`` (read / change fault knobs, JSON) and ``GET /_emulator/state``.
 
@@ -65,6 +65,7 @@ def build_engine_app(handle: EmulatedEngine) -> web.Application:
     app.router.add_post("/v1/responses", responses_api.post_responses)
     app.router.add_get("/v1/responses/{response_id}", responses_api.get_response)
     app.router.add_post("/tokenize", openai_routes.post_tokenize)
+    app.router.add_post("/detokenize", openai_routes.post_detokenize)
     app.router.add_get("/_emulator/faults", admin_routes.get_faults)
     app.router.add_post("/_emulator/faults", admin_routes.post_faults)
     app.router.add_get("/_emulator/state", admin_routes.state)

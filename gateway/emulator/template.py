@@ -14,14 +14,16 @@ Rendered as Qwen3's own Jinja template renders them (without tools):
   which turns thinking off; ``continue_final_message`` leaves the last message open (no
   end of turn), so the answer continues it.
 
-Token counts (usage, ``/tokenize``) are those of this text.
+Token counts (usage, ``/tokenize``) are those of this text (:func:`model_tokenize`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.emulator.errors import ApiError
+from gateway.text import tokenize
 
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 THINK_OPEN = "<think>"
@@ -29,6 +31,25 @@ THINK_CLOSE = "</think>"
 ASSISTANT_TURN = "<|im_start|>assistant\n"
 END_OF_TURN = "<|im_end|>"
 NO_THINKING = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
+
+
+_MARKER = re.compile(r"(\n*)(</?think>)(\n*)")
+
+
+def model_tokenize(text: str) -> list[str]:
+    """The emulated model's tokens of ``text``: :func:`gateway.text.tokenize`'s, with each
+    think marker one token and the newlines around it tokens of their own, as a thinking
+    engine generates them (so a thinking answer's text counts as many tokens as were
+    generated; text without markers tokenizes as ever)."""
+    if "think>" not in text:
+        return tokenize(text)
+    out: list[str] = []
+    pos = 0
+    for m in _MARKER.finditer(text):
+        out += tokenize(text[pos : m.start()])
+        out += [t for t in m.groups() if t]
+        pos = m.end()
+    return out + tokenize(text[pos:])
 
 
 def content_text(content: Any, i: int) -> str:

@@ -13,8 +13,8 @@ so an answer told it thought nothing (an empty think block) goes on differently.
 Where an answer starts is read from the prompt's text, as a real engine reads it: the
 text after the last opened assistant turn (``<|im_start|>assistant\\n`` with no end of
 turn after it, what ``continue_final_message`` renders) is the answer given so far; a
-server's engines also remember the prompts they answered, so a ``/v1/completions`` prompt
-that is an earlier prompt plus the start of that prompt's answer continues the answer.
+server's engines also remember the raw prompts (no chat turns) they answered, so a raw
+prompt that is an earlier one plus the start of its answer continues that answer.
 Given the start of its own answer (at temperature 0), an engine generates the rest of
 that same answer, from any point: inside the think block, after it, in the middle of a
 token.
@@ -26,7 +26,7 @@ import math
 from collections import OrderedDict
 from typing import Protocol
 
-from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN
+from gateway.emulator.template import ASSISTANT_TURN, END_OF_TURN, THINK_CLOSE, THINK_OPEN, model_tokenize
 from gateway.emulator.textgen import (
     _FILLER_RANKED,
     _NOVEL,
@@ -47,7 +47,7 @@ REASONING_PARAMS: dict[PromptKind, KindParams] = {
     PromptKind.CHAT: _R(copy_prob=0.03, copy_len=3.0, novel_len=60.0, skip_len=0, sequential=False),
 }
 REASONING_TOKENS = (60, 360)  # the range of a reasoning's natural length
-_LOG_MARKER = math.log(0.999)  # the think markers: the model is sure of them
+_LOG_MARKER = math.log(0.999)  # the think markers and their newlines: the model is sure of them
 
 
 class AnswerStream(Protocol):
@@ -80,7 +80,7 @@ class ThinkingAnswer:
     own reasoning, or the one given (``reasoning``, what a prompt's closed think block holds),
     and the content that follows it."""
 
-    __slots__ = ("_content", "_head", "_reasoning", "kind", "natural_length", "temperature")
+    __slots__ = ("_content", "_head", "_reasoning", "_strip", "kind", "natural_length", "temperature")
 
     def __init__(
         self,
@@ -91,7 +91,10 @@ class ThinkingAnswer:
         temperature: float,
         kind: PromptKind | None,
         reasoning: str | None = None,
+        strip: bool = True,
     ) -> None:
+        """``strip``: the content's first token loses its leading whitespace (a thinking
+        model starts its content at a word)."""
         self.kind = kind or classify(prompt)
         self.temperature = max(0.0, temperature)
         self._reasoning: AnswerGenerator | None = None
@@ -120,7 +123,7 @@ class ThinkingAnswer:
             seed=_seed_int(seed, reasoning) if reasoning else seed,
             kind=self.kind,
         )
-        self._content = content
+        self._content, self._strip = content, strip
         self._head = [THINK_OPEN, "\n", *toks, "\n", THINK_CLOSE, "\n\n"]
         self.natural_length = len(self._head) + content.natural_length
 
@@ -135,7 +138,7 @@ class ThinkingAnswer:
             return head[i]
         j = i - len(head)
         tok = self._content.token(j)
-        return tok.lstrip() if j == 0 else tok
+        return tok.lstrip() if j == 0 and self._strip else tok
 
     def tokens(self, start: int, end: int) -> list[str]:
         return [self.token(i) for i in range(start, end)]
@@ -144,9 +147,10 @@ class ThinkingAnswer:
         h = len(self._head)
         if i >= h:
             return self._content.logprob(i - h)
-        if self._reasoning is not None and 2 <= i < h - 3:
-            return self._reasoning.logprob(i - 2)
-        return _LOG_MARKER if i in (0, h - 2) else token_logprob(self._head[i], _NOVEL)
+        if 2 <= i < h - 3:  # the reasoning: the model's own, or given (then as new words)
+            r = self._reasoning
+            return r.logprob(i - 2) if r is not None else token_logprob(self._head[i], _NOVEL)
+        return _LOG_MARKER  # the markers and the newlines around them
 
     def top(self, i: int, k: int) -> list[tuple[str, float]]:
         h = len(self._head)
@@ -248,9 +252,15 @@ def answer_stream(
     an open think block goes on thinking; a closed one holds the reasoning the content is
     conditioned on). ``thinking``: the model thinks when nothing is given."""
 
-    def think(reasoning: str | None = None) -> ThinkingAnswer:
+    def think(reasoning: str | None = None, strip: bool = True) -> ThinkingAnswer:
         return ThinkingAnswer(
-            prompt, prompt_tokens, seed=seed, temperature=temperature, kind=kind, reasoning=reasoning
+            prompt,
+            prompt_tokens,
+            seed=seed,
+            temperature=temperature,
+            kind=kind,
+            reasoning=reasoning,
+            strip=strip,
         )
 
     if given.startswith(THINK_OPEN) or (thinking and given and THINK_OPEN.startswith(given)):
@@ -259,10 +269,13 @@ def answer_stream(
             return Continued(think(), 0, len(given))
         reasoning = given[len(THINK_OPEN) : close].strip("\n")
         after = given[close + len(THINK_CLOSE) :]
-        full = think()
-        own = "".join(full.tokens(2, full.content_start - 3))
-        if reasoning != own:
-            full = think(reasoning)
+        if thinking:
+            full = think()
+            own = "".join(full.tokens(2, full.content_start - 3))
+            if reasoning != own:
+                full = think(reasoning)
+        else:  # a model that does not think: its own content, conditioned on what it is given
+            full = think(reasoning, strip=False)
         start = full.content_start - (0 if after else 1)
         return Continued(full, start, len(after.lstrip("\n")))
     if thinking and not given:
@@ -285,8 +298,8 @@ def _text_starts(stream: AnswerStream, text: str) -> bool:
 
 
 class AnswerMemory:
-    """Prompts a server's engines answered (the last ``size``), with each answer's seed and
-    temperature: the answers one model's weights would give again."""
+    """Raw prompts (no chat turns) a server's engines answered, the last ``size``, with each
+    answer's seed and temperature: the answers one model's weights would give again."""
 
     def __init__(self, size: int = 512, key_chars: int = 32) -> None:
         self.size, self.key_chars = size, key_chars
@@ -322,7 +335,7 @@ class AnswerMemory:
         for begun, seed, temp in sorted(found, key=lambda k: -len(k[0])):
             given = prompt[len(begun) :]
             whole = answer_stream(
-                begun, tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
+                begun, model_tokenize(begun), "", seed=seed, temperature=temp, kind=kind, thinking=thinking
             )
             if _text_starts(whole, given):
                 return begun, given, seed
@@ -343,13 +356,12 @@ def answer_for(
     begun in its open assistant turn, or of a remembered prompt's answer that it extends,
     else a new one; a ``thinking`` engine (one with a reasoning parser) thinks first."""
     begun, given = split_turn(prompt) or (prompt, "")
-    if not given and memory is not None:
+    if memory is not None and ASSISTANT_TURN not in prompt:  # raw text: no turn to read it from
         found = memory.find(prompt, temperature, kind=kind, thinking=thinking)
         if found is not None:
             begun, given, seed = found
-    if memory is not None:
         memory.remember(begun, seed, temperature)
-    begun_toks = toks if begun == prompt else tokenize(begun)
+    begun_toks = toks if begun == prompt else model_tokenize(begun)
     return answer_stream(
         begun, begun_toks, given, seed=seed, temperature=temperature, kind=kind, thinking=thinking
     )

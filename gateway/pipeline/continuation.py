@@ -8,18 +8,20 @@ and the new engine continues the answer from the text already sent:
 
 - chat: the conversation plus the partial answer as the final assistant message, with
   ``continue_final_message: true`` and ``add_generation_prompt: false`` (vLLM's way to
-  continue a message, rendered by the model's own chat template);
+  continue a message, rendered by the model's own chat template); a reasoning model's
+  answer carries its reasoning in the think block (:func:`assistant_text`);
 - completions: the prompt plus the text so far.
 
-``max_tokens`` (and ``min_tokens``) shrink by the tokens already generated (the engine's
-own count of the text: ``/tokenize``), and the usage reported to the client adds them
-back, so the client sees one answer within its limits.
+``max_tokens`` (and ``min_tokens``) shrink by the tokens already generated, reasoning
+included (the engine's own count of the text: ``/tokenize``), and the usage reported to the
+client adds them back and reports the original prompt's count, so the client sees one
+answer within its limits.
 
 Only requests whose continuation means what the client asked move: one streamed choice,
-no seed (its answer must be reproducible), no log-probabilities or echo (they describe
-tokens the new engine never produced), no tools or structured output (their parser state
-is not in the text), a plain prompt (not token ids), and no stop string the text so far
-ends in the middle of. Everything else drains where it started.
+no seed on a sampled request (its answer must be reproducible), every field of
+:data:`PINNED` at its default, a plain prompt (not token ids), and no stop string the text
+so far ends in the middle of. Everything else drains where it started. (When a stream may
+move, that is, in its content and not finished, is the relay's: :mod:`gateway.proxy.move`.)
 """
 
 from __future__ import annotations
@@ -33,30 +35,52 @@ MAX_MOVED_CHARS = 64 * 1024  # a longer partial answer is not moved (its prefill
 # sibling's /tokenize and prefill, ~30 ms on vLLM) that a few tokens would pay dearly.
 MIN_TOKENS_LEFT = 64
 
-# Fields whose meaning does not survive a continuation: a request carrying any of them
-# (with a value other than "off") stays on its engine. ``seed`` pins only a sampled
-# request (its answer is one reproducible draw): at temperature 0 decoding is greedy, the
-# seed changes nothing, and the continuation is exact.
-_PINNED = (
-    "logprobs",
-    "top_logprobs",
-    "prompt_logprobs",
-    "echo",
-    "suffix",
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "response_format",
-    "structured_outputs",
-    "guided_json",
-    "guided_regex",
-    "guided_choice",
-    "guided_grammar",
-    "bad_words",
-    "continue_final_message",
-    "return_tokens_as_token_ids",
-)
+# Fields whose meaning does not survive a continuation, each with its default: a request
+# carrying any of them with another value stays on its engine. After a move the text so far
+# is prompt, not output: the penalties (which count the tokens generated so far: frequency
+# and presence those of the output only, repetition those of prompt and output alike, with
+# vLLM's own bookkeeping of which is which) would weigh it differently; log-probabilities,
+# echo and token ids would describe tokens the new engine never produced; tools and
+# structured output keep parser state that is not in the text; a prompt truncation would cut
+# the answer so far; beam search keeps beams that the text does not carry; text with special
+# tokens left in would be read back as prompt markup. ``min_p`` and ``logit_bias`` keep their
+# meaning, but a speculative engine refuses them (such requests run on the plain engine,
+# whose sibling would answer the move with a 400). ``n``/``best_of``
+# and ``seed`` are checked in :func:`movable` (a seed pins only a sampled request: at
+# temperature 0 decoding is greedy, the seed changes nothing, and the continuation is exact).
+# ``max_tokens``/``max_completion_tokens``/``min_tokens`` keep their meaning: the
+# continuation asks for what is left of them. A stop string the text ends inside of is
+# checked at the move (:func:`splits_a_stop`).
+PINNED: dict[str, object] = {
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "repetition_penalty": 1,
+    "logprobs": None,
+    "top_logprobs": None,
+    "prompt_logprobs": None,
+    "echo": False,
+    "suffix": None,
+    "tools": None,
+    "tool_choice": None,
+    "functions": None,
+    "function_call": None,
+    "response_format": None,
+    "structured_outputs": None,
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "bad_words": None,
+    "continue_final_message": False,
+    "return_tokens_as_token_ids": False,
+    "return_token_ids": False,
+    "truncate_prompt_tokens": None,
+    "use_beam_search": False,
+    "length_penalty": 1,
+    "skip_special_tokens": True,
+    "min_p": 0,
+    "logit_bias": None,
+}
 
 
 def movable(body: dict[str, Any], endpoint: str) -> bool:
@@ -65,7 +89,7 @@ def movable(body: dict[str, Any], endpoint: str) -> bool:
         return False
     if body.get("n", 1) not in (None, 1) or body.get("best_of", 1) not in (None, 1):
         return False
-    if any(not _off(body.get(key)) for key in _PINNED):
+    if any(not _default(body.get(key), default) for key, default in PINNED.items()):
         return False
     if body.get("seed") is not None and not _greedy(body.get("temperature")):
         return False
@@ -87,10 +111,16 @@ def _greedy(temperature: object) -> bool:
     return isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature == 0
 
 
-def _off(v: object) -> bool:
-    """A field left at its default: absent, null, false or empty (``logprobs: 0`` is on:
-    completions then return the sampled token's log-probability)."""
-    return v is None or v is False or v == [] or v == {}
+def _default(v: object, default: object) -> bool:
+    """A field left at its default: absent, null, empty, or its default value (``logprobs: 0``
+    is on: completions then return the sampled token's log-probability; ``false`` is off)."""
+    if v is None or v == [] or v == {} or v is default:
+        return True
+    if isinstance(v, bool) or isinstance(default, bool):
+        return v is False and default in (None, False)
+    if isinstance(v, int | float) and isinstance(default, int | float):
+        return v == default
+    return False
 
 
 def _last_role(messages: list[Any]) -> object:
@@ -117,11 +147,26 @@ def splits_a_stop(text: str, body: dict[str, Any]) -> bool:
     return False
 
 
+def assistant_text(reasoning: str, content: str) -> str:
+    """The partial answer as the final assistant message's content, per Qwen3's chat
+    template: the reasoning in its think block, then the content. The template takes the
+    reasoning from before ``</think>`` and renders ``<think>\\n{reasoning}\\n</think>\\n\\n{content}``
+    (newlines at the block's edges stripped, as here), so the message renders as the text the
+    model generated, and ``continue_final_message`` (which finds this content in the render)
+    continues it. Without reasoning the content alone: the template renders its empty think
+    block as it did in the original prompt."""
+    if not reasoning:
+        return content
+    return "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
+
+
 def continuation_body(
     body: dict[str, Any], endpoint: str, text: str, tokens_so_far: int, served_model: str
 ) -> dict[str, Any] | None:
     """The request that asks the sibling engine for the rest of the answer, or None when
-    there is nothing left to ask (the token budget is spent) or the text cannot move."""
+    there is nothing left to ask (the token budget is spent) or the text cannot move.
+    ``text``: the answer so far (chat: :func:`assistant_text`); ``tokens_so_far``: every
+    token generated for it, reasoning included (``max_tokens`` bounds them all)."""
     if not text or len(text) > MAX_MOVED_CHARS or splits_a_stop(text, body):
         return None
     out = dict(body)
@@ -137,18 +182,47 @@ def continuation_body(
         out["min_tokens"] = max(0, mt - tokens_so_far)
     opts = body.get("stream_options")
     out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+    out.update(_continued_prompt(body, endpoint, text))
+    return out
+
+
+def _continued_prompt(body: dict[str, Any], endpoint: str, text: str) -> dict[str, Any]:
+    """The prompt fields of the request continuing ``text``."""
     if endpoint == CHAT:
-        out["messages"] = [*body["messages"], {"role": "assistant", "content": text}]
-        out["add_generation_prompt"] = False
-        out["continue_final_message"] = True
+        return {
+            "messages": [*body["messages"], {"role": "assistant", "content": text}],
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+        }
+    prompt = body["prompt"]
+    return {"prompt": (prompt if isinstance(prompt, str) else prompt[0]) + text}
+
+
+# Fields of a chat request that shape how vLLM renders its prompt (and so its tokens).
+_RENDERING = ("chat_template", "chat_template_kwargs", "add_special_tokens", "documents")
+
+
+def prompt_tokenize_body(body: dict[str, Any], endpoint: str, served_model: str) -> dict[str, Any]:
+    """vLLM's ``/tokenize`` request for the original prompt, rendered as the engine renders it
+    for generation (chat template and generation prompt, special tokens): its count is the
+    ``prompt_tokens`` the client's usage reports after a move. (The sibling's own count is of
+    the continued prompt; less the answer's tokens it is not the original's: the template
+    renders the continued message with tokens of its own, and the answer's first token can
+    merge with the text before it.)"""
+    out: dict[str, Any] = {"model": served_model}
+    if endpoint == CHAT:
+        out.update({k: body[k] for k in _RENDERING if k in body})
+        out["messages"] = body["messages"]
+        out["add_generation_prompt"] = True
     else:
-        prompt = body["prompt"]
-        out["prompt"] = (prompt if isinstance(prompt, str) else prompt[0]) + text
+        out["prompt"] = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
     return out
 
 
 def tokenize_body(text: str, served_model: str) -> dict[str, Any]:
-    """vLLM's ``/tokenize`` request for the tokens of the partial answer (no special tokens)."""
+    """vLLM's ``/tokenize`` request for the tokens of the partial answer (no special tokens
+    added; the think markers in it are the tokenizer's own): what the old engine generated,
+    which ``max_tokens`` bounds and the usage counts."""
     return {"model": served_model, "prompt": text, "add_special_tokens": False}
 
 

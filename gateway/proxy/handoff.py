@@ -13,7 +13,15 @@ import aiohttp
 import yarl
 
 from gateway.engines.runtime import EngineRuntime
-from gateway.pipeline.continuation import continuation_body, movable, tokenize_body, tokenize_count
+from gateway.pipeline.continuation import (
+    assistant_text,
+    continuation_body,
+    movable,
+    prompt_tokenize_body,
+    tokenize_body,
+    tokenize_count,
+)
+from gateway.pipeline.request import CHAT
 from gateway.proxy.move import Continuation, MoveBoard, MoveTicket, sent_answer
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.relay import Relay, client_timeout, engine_headers, upstream_url
@@ -58,27 +66,31 @@ async def continue_on(
     the rewriting, or why it could not (``nothing_to_move``, ``tokenize``, ``connect``,
     ``status_NNN``, ``first_byte_timeout``, ``disconnected``): the stream then stays."""
     answer = sent_answer(ticket.sent)
-    if answer is None or not answer[0]:
+    if answer is None or not answer.content:  # finished, or not in its content phase
         return "nothing_to_move"
-    text, rid, created = answer
+    text = assistant_text(answer.reasoning, answer.content) if req.endpoint == CHAT else answer.content
     loop = asyncio.get_running_loop()
     first_deadline = min(deadline, loop.time() + req.first_byte_s)
     served = sibling.config.served_model_name
     headers = engine_headers(req.client_headers, req.forward_headers, req.request_id, sibling)
     timeout = client_timeout(req.connect_s)
     base = sibling.config.url
+
+    async def count(tb: dict[str, Any]) -> int | None:
+        async with session.post(
+            yarl.URL(base + "/tokenize"), json=tb, headers=headers, timeout=timeout
+        ) as tr:
+            return tokenize_count(await tr.json(content_type=None)) if tr.status == 200 else None
+
     try:
         async with asyncio.timeout_at(min(first_deadline, loop.time() + TOKENIZE_BUDGET_S)):
-            async with session.post(
-                yarl.URL(base + "/tokenize"),
-                json=tokenize_body(text, served),
-                headers=headers,
-                timeout=timeout,
-            ) as tr:
-                n = tokenize_count(await tr.json(content_type=None)) if tr.status == 200 else None
+            prompt_n, n = await asyncio.gather(
+                count(prompt_tokenize_body(req.body, req.endpoint, served)),
+                count(tokenize_body(text, served)),
+            )
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-        n = None
-    if n is None:
+        prompt_n = n = None
+    if prompt_n is None or n is None:
         return "tokenize"
     body = continuation_body(req.body, req.endpoint, text, n, served)
     if body is None:
@@ -106,7 +118,7 @@ async def continue_on(
     if not chunk:
         resp.close()
         return "disconnected"
-    return resp, chunk, Continuation(rid, created, n)
+    return resp, chunk, Continuation(answer.id, answer.created, n, prompt_n)
 
 
 # Why a move did not happen that is nobody's failure (the sibling was not asked, or has

@@ -33,5 +33,6 @@ class ProxyResult:
     # flip (``engine``/``route`` are then the engine it finished on).
     moved: bool = False
     harvest: Harvest = field(default_factory=Harvest)
-    first_token_at: float | None = None
+    first_token_at: float | None = None  # the first token of any kind (reasoning, content, tool call)
+    first_content_at: float | None = None  # the first content (or tool call) token
     last_token_at: float | None = None

@@ -37,13 +37,59 @@ def rewrite_model(data: bytes, patterns: Patterns, obj: dict[str, Any], client: 
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+# What one event carries, as :meth:`Harvest.take` and :func:`token_kind` tell it: nothing,
+# reasoning only, or content (text or a tool call; with or without reasoning beside it).
+NO_TOKEN, REASONING, CONTENT = 0, 1, 2
+
+_CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
+_TOOL_KEYS = (b'"tool_calls":[{', b'"tool_calls": [{')
+_REASONING_KEYS = (b'"reasoning_content":"', b'"reasoning_content": "', b'"reasoning":"', b'"reasoning": "')
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM's names, older and newer
+
+
+def _nonempty(data: bytes, keys: tuple[bytes, ...]) -> bool:
+    """``data`` has one of ``keys`` followed by a non-empty string (an escaped key inside a
+    JSON string, ``\\"content\\":``, never matches)."""
+    for key in keys:
+        i = data.find(key)
+        while i >= 0:
+            if data[i + len(key) : i + len(key) + 1] != b'"':
+                return True
+            i = data.find(key, i + len(key))
+    return False
+
+
+def token_kind(data: bytes) -> int:
+    """What a stream chunk (its JSON text) carries, without parsing it: :data:`CONTENT`
+    (non-empty ``delta.content``, completion ``text`` or a tool call), :data:`REASONING`
+    (non-empty ``reasoning_content``/``reasoning`` only) or :data:`NO_TOKEN`."""
+    if _nonempty(data, _CONTENT_KEYS) or any(k in data for k in _TOOL_KEYS):
+        return CONTENT
+    return REASONING if _nonempty(data, _REASONING_KEYS) else NO_TOKEN
+
+
+def finishes(data: bytes) -> bool:
+    """A chunk (JSON text) or events that carry a ``finish_reason`` or ``[DONE]``."""
+    return any(k in data for k in (b'"finish_reason":"', b'"finish_reason": "', b"data: [DONE]"))
+
+
 @dataclass(slots=True)
 class Harvest:
-    """What the gateway learns from a response as it passes through."""
+    """What the gateway learns from a response as it passes through.
+
+    A reasoning model's answer is its reasoning then its content: both are generated tokens
+    (usage counts them alike, and a speculative engine's proposer drafts from both), so
+    both count as tokens here (``token_events``, the first-token time) and both go into the
+    completion text, in Qwen3's form ``<think>{reasoning}</think>{content}``, that the
+    realised-lookup learning replays."""
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    content_events: int = 0
+    content_events: int = 0  # events that carried a token of any kind (reasoning included)
+    reasoning_events: int = 0
+    reasoning_chars: int = 0
+    content_chars: int = 0
+    reported_reasoning_tokens: int | None = None  # usage.completion_tokens_details, if given
     text_parts: list[str] = field(default_factory=list)
     text_chars: int = 0
     reported_acceptance_rate: float | None = None
@@ -63,8 +109,33 @@ class Harvest:
     def completion_text(self) -> str:
         return "".join(self.text_parts)
 
-    def take(self, obj: dict[str, Any]) -> bool:
-        """Inspect one response object (a stream chunk or a whole body). True if it carried content."""
+    @property
+    def reasoning_tokens(self) -> int:
+        """Reasoning tokens: the engine's count where usage reports one; else the completion
+        tokens' share by characters (a speculative engine's delta may carry several tokens,
+        so events undercount); else the reasoning events."""
+        if self.reported_reasoning_tokens is not None:
+            return self.reported_reasoning_tokens
+        chars = self.reasoning_chars + self.content_chars
+        if self.completion_tokens is not None and chars:
+            return round(self.completion_tokens * self.reasoning_chars / chars)
+        return self.reasoning_events
+
+    def _reasoning(self, text: str) -> None:
+        if not self.reasoning_chars:
+            self.add_text("<think>")
+        self.reasoning_chars += len(text)
+        self.add_text(text)
+
+    def _content(self, text: str) -> None:
+        if self.reasoning_chars and not self.content_chars:
+            self.add_text("</think>")
+        self.content_chars += len(text)
+        self.add_text(text)
+
+    def take(self, obj: dict[str, Any]) -> int:
+        """Inspect one response object (a stream chunk or a whole body): what it carried,
+        :data:`CONTENT`, :data:`REASONING` or :data:`NO_TOKEN` (falsy)."""
         usage = obj.get("usage")
         if isinstance(usage, dict):
             # chat/completions name them prompt/completion, the Responses API input/output
@@ -74,6 +145,10 @@ class Harvest:
                 self.prompt_tokens = pt
             if isinstance(ct, int):
                 self.completion_tokens = ct
+            details = usage.get("completion_tokens_details")
+            rt = details.get("reasoning_tokens") if isinstance(details, dict) else None
+            if isinstance(rt, int) and not isinstance(rt, bool):
+                self.reported_reasoning_tokens = rt
         metrics = obj.get("metrics")
         if isinstance(metrics, dict):
             sd = metrics.get("speculative_decoding")
@@ -88,27 +163,44 @@ class Harvest:
             self.error = "engine_error"
         if isinstance(obj.get("output"), list):  # a Responses API object
             return self._take_response(obj)
-        got = False
+        kind = NO_TOKEN
         choices = obj.get("choices")
         if isinstance(choices, list):
             for c in choices:
-                if not isinstance(c, dict):
-                    continue
-                text: Any = None
-                delta = c.get("delta")
-                if isinstance(delta, dict):
-                    text = delta.get("content")
-                else:
-                    msg = c.get("message")
-                    text = msg.get("content") if isinstance(msg, dict) else c.get("text")
-                if isinstance(text, str) and text:
-                    got = True
-                    self.add_text(text)
-        if got:
+                if isinstance(c, dict):
+                    kind = max(kind, self._choice(c))
+        if kind:
             self.content_events += 1
-        return got
+            if kind == REASONING:
+                self.reasoning_events += 1
+        return kind
 
-    def _take_response(self, obj: dict[str, Any]) -> bool:
+    def _choice(self, c: dict[str, Any]) -> int:
+        """What one choice (a delta, a message or a completion's text) carried."""
+        part = c.get("delta")
+        if not isinstance(part, dict):
+            part = c.get("message")
+        if not isinstance(part, dict):
+            text = c.get("text")
+            if isinstance(text, str) and text:
+                self._content(text)
+                return CONTENT
+            return NO_TOKEN
+        kind = NO_TOKEN
+        for key in REASONING_FIELDS:
+            r = part.get(key)
+            if isinstance(r, str) and r:
+                self._reasoning(r)
+                kind = REASONING
+        text = part.get("content")
+        if isinstance(text, str) and text:
+            self._content(text)
+            kind = CONTENT
+        if part.get("tool_calls"):
+            kind = CONTENT
+        return kind
+
+    def _take_response(self, obj: dict[str, Any]) -> int:
         """The output text of a whole Responses API object (its message items)."""
         got = False
         for item in obj["output"]:
@@ -123,7 +215,7 @@ class Harvest:
                     self.add_text(text)
         if got:
             self.content_events += 1
-        return got
+        return CONTENT if got else NO_TOKEN
 
 
 # Responses API stream events (``event: <type>`` + ``data: {"type": <type>, ...}``).
@@ -178,18 +270,6 @@ def slow_event(data: bytes) -> bool:
     """The event may carry usage, an error or per-request metrics: parse it (no generator:
     this runs for every event of every stream)."""
     return b'"usage"' in data or b'"error"' in data or b'"metrics"' in data
-
-
-_CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
-
-
-def has_content(data: bytes) -> bool:
-    """The chunk carries a non-empty ``delta.content`` (chat) or ``text`` (completions)."""
-    for key in _CONTENT_KEYS:
-        i = data.find(key)
-        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
-            return True
-    return False
 
 
 def error_event(message: str, code: int = 502, type_: str = "upstream_error") -> bytes:

@@ -20,17 +20,20 @@ from aiohttp import web
 from gateway.engines.runtime import EngineRuntime
 from gateway.pipeline.request import RESPONSES
 from gateway.proxy.handoff import MoveRelay, Side, release
-from gateway.proxy.move import Continuation
+from gateway.proxy.idle import IdleTimer
+from gateway.proxy.move import OPENING, Continuation
 from gateway.proxy.result import ProxyResult
 from gateway.proxy.sse import (
+    CONTENT,
     DONE,
+    REASONING,
     Harvest,
     Patterns,
     error_event,
-    has_content,
     responses_event,
     rewrite_model,
     slow_event,
+    token_kind,
 )
 from gateway.telemetry.logthrottle import LogThrottle
 from gateway.wire.errors import engine_error
@@ -138,7 +141,7 @@ class StreamRelay(MoveRelay):
         buf = b""
         saw_done = False
         broken: str | None = None
-        idle = _IdleTimer(loop, t.idle_s, deadline)
+        idle = IdleTimer(loop, t.idle_s, deadline)
         ticket = self._enlist(rt)
         cont: Continuation | None = None
         try:
@@ -170,7 +173,7 @@ class StreamRelay(MoveRelay):
                                 ticket = None
                     if saw_done:
                         break
-                    if ticket is not None and ticket.wanted:
+                    if ticket is not None and ticket.wanted and ticket.phase != OPENING:
                         idle.touch(tm)  # the sibling's answer is bounded by its own budget
                         cont = await self._move(side, ticket, deadline)
                         self._withdraw(ticket)  # a stream moves at most once
@@ -261,7 +264,9 @@ class StreamRelay(MoveRelay):
             rt.name,
         )
 
-    def _token_seen(self, result: ProxyResult) -> None:
+    def _token_seen(self, result: ProxyResult, kind: int) -> None:
+        """A token reached the client: the first of any kind (reasoning, content or a tool
+        call) is the answer's TTFT, the first content its time to first content."""
         now = time.monotonic()
         if result.first_token_at is None:
             result.first_token_at = now
@@ -269,6 +274,12 @@ class StreamRelay(MoveRelay):
                 self.telemetry.first_token()
             except Exception:
                 log.exception("telemetry first_token failed")
+        if kind == CONTENT and result.first_content_at is None:
+            result.first_content_at = now
+            try:
+                self.telemetry.first_content()
+            except Exception:
+                log.exception("telemetry first_content failed")
         result.last_token_at = now
 
     def _event(
@@ -286,7 +297,7 @@ class StreamRelay(MoveRelay):
         if self.endpoint == RESPONSES:  # typed events, never moved
             piece, done, token = responses_event(ev, self.client_model, harvest)
             if token:
-                self._token_seen(result)
+                self._token_seen(result, CONTENT)
             return piece, done
         if ev.startswith(b"data:"):
             data = ev[5:].strip()
@@ -297,9 +308,10 @@ class StreamRelay(MoveRelay):
                 # rename the model in place and note whether it carried content, no JSON round trip.
                 for old, new in patterns:
                     if old in data:
-                        if has_content(data):
+                        if kind := token_kind(data):
                             harvest.content_events += 1
-                            self._token_seen(result)
+                            harvest.reasoning_events += kind == REASONING
+                            self._token_seen(result, kind)
                         return b"data: " + data.replace(old, new, 1) + b"\n\n", False
             try:
                 obj = json.loads(data)
@@ -312,8 +324,8 @@ class StreamRelay(MoveRelay):
                     return b"", False
                 if "model" in obj:
                     obj["model"] = self.client_model
-            if harvest.take(obj):
-                self._token_seen(result)
+            if kind := harvest.take(obj):
+                self._token_seen(result, kind)
             if harvest.error is not None and (err := engine_error(obj, None)) is not None:
                 return b"data: " + json.dumps(err).encode() + b"\n\n", False  # the gateway's shape
             if swallow_usage and obj.get("choices") == [] and "usage" in obj:
@@ -324,58 +336,6 @@ class StreamRelay(MoveRelay):
                 out = rewrite_model(data, patterns, obj, self.client_model)
             return b"data: " + out + b"\n\n", False
         return ev + b"\n\n", False
-
-
-class _IdleTimer:
-    """The idle/total limit of a stream without a timer per chunk: ``touch`` moves the
-    expiry forward (a float store); the one armed timer, when it fires early, re-arms
-    itself for the new expiry, and only a real expiry fires the ``asyncio.timeout``
-    (rescheduled to now, so cancellation and TimeoutError keep asyncio's semantics)."""
-
-    __slots__ = ("_deadline", "_handle", "_idle_s", "_loop", "_tm", "expires", "waiting_client")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float, deadline: float) -> None:
-        self._loop = loop
-        self._idle_s = idle_s
-        self._deadline = deadline
-        self._tm: asyncio.Timeout | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self.expires = deadline
-        self.waiting_client = False  # the limit running is the client's (a write), not the engine's
-
-    def touch(self, tm: asyncio.Timeout) -> None:
-        """Waiting for the engine: its idle limit (within the request's total)."""
-        self.waiting_client = False
-        self._arm(tm, min(self._deadline, self._loop.time() + self._idle_s))
-
-    def client(self, tm: asyncio.Timeout, stall_s: float) -> None:
-        """Waiting for the client to take a write: its own stall limit (the total does not
-        apply here: it would blame whoever is read next)."""
-        self.waiting_client = True
-        self._arm(tm, self._loop.time() + stall_s)
-
-    def _arm(self, tm: asyncio.Timeout, expires: float) -> None:
-        self.expires = expires
-        if self._handle is not None and self._handle.when() > expires:
-            self._handle.cancel()
-            self._handle = None
-        if self._handle is None:
-            self._tm = tm
-            self._handle = self._loop.call_at(self.expires, self._check)
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if now < self.expires:
-            self._handle = self._loop.call_at(self.expires, self._check)
-        elif self._tm is not None and self._tm.expired() is False:
-            self._handle = None
-            self._tm.reschedule(now)  # fires the timeout on the next loop iteration
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._tm = None
 
 
 async def _last_words(out: web.StreamResponse, message: str) -> None:

@@ -29,7 +29,15 @@ class RequestTelemetry(Protocol):
         ...
 
     def first_token(self) -> None:
-        """The first content token reached the client (TTFT)."""
+        """The first token of any kind (reasoning, content, tool call) reached the client (TTFT)."""
+        ...
+
+    def first_content(self) -> None:
+        """The first content (or tool call) token reached the client: after the thinking."""
+        ...
+
+    def reasoning_tokens(self, tokens: int) -> None:
+        """The answer's reasoning tokens (part of its completion tokens); before ``finished``."""
         ...
 
     def stream_moved(self, engine: str, result: str) -> None:
@@ -80,6 +88,12 @@ class _NullRequest:
         return None
 
     def first_token(self) -> None:
+        return None
+
+    def first_content(self) -> None:
+        return None
+
+    def reasoning_tokens(self, tokens: int) -> None:
         return None
 
     def stream_moved(self, engine: str, result: str) -> None:

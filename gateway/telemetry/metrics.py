@@ -102,7 +102,18 @@ class GatewayMetrics:
         self.ttft = _Labelled(
             Histogram(
                 "specgate_time_to_first_token_seconds",
-                "Time from request arrival to the first content token sent to the client.",
+                "Time from request arrival to the first token sent to the client, of any kind "
+                "(reasoning, content or a tool call).",
+                ["model", "route"],
+                buckets=TTFT_BUCKETS,
+                registry=r,
+            )
+        )
+        self.ttfc = _Labelled(
+            Histogram(
+                "specgate_time_to_first_content_seconds",
+                "Time from request arrival to the first content (or tool call) token sent to the "
+                "client: after a reasoning model's thinking.",
                 ["model", "route"],
                 buckets=TTFT_BUCKETS,
                 registry=r,
@@ -130,6 +141,14 @@ class GatewayMetrics:
             Counter(
                 "specgate_output_tokens",
                 "Completion tokens served, by model and route.",
+                ["model", "route"],
+                registry=r,
+            )
+        )
+        self.reasoning_tokens = _Labelled(
+            Counter(
+                "specgate_reasoning_tokens",
+                "Reasoning tokens served (part of the output tokens), by model and route.",
                 ["model", "route"],
                 registry=r,
             )
@@ -225,6 +244,25 @@ class GatewayMetrics:
         r.register(_ScrapeAgeCollector(self))
 
     # -- scraper hook --------------------------------------------------------------------
+
+    def answered(
+        self,
+        model: str,
+        route: str,
+        ttft: float | None,
+        ttfc: float | None,
+        tpot: float | None,
+        tokens: tuple[int | None, int | None, int | None],
+    ) -> None:
+        """A request answered: its timings (those it has) and its prompt, output and reasoning tokens."""
+        for hist, value in ((self.ttft, ttft), (self.ttfc, ttfc), (self.tpot, tpot)):
+            if value is not None:
+                hist.labels(model, route).observe(value)
+        counters = (self.prompt_tokens, self.output_tokens, self.reasoning_tokens)
+        for counter, n in zip(counters, tokens, strict=True):
+            if n:
+                counter.labels(model, route).inc(n)
+
     def record_scrape(
         self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
     ) -> None:

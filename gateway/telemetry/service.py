@@ -18,6 +18,7 @@ from gateway.telemetry import logs
 from gateway.telemetry.hooks import RequestTelemetry
 from gateway.telemetry.labels import clean
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.spans import end_span
 from gateway.telemetry.state import RoutingStateCollector, StateSource
 from gateway.telemetry.tracing import PROPAGATOR, Tracing, trace_headers, tracing_from_env
 
@@ -121,9 +122,11 @@ class _Request:
         "_predicted_speedup",
         "_probe",
         "_reason",
+        "_reasoning",
         "_route",
         "_span",
         "_t0",
+        "_t_content",
         "_t_first",
         "endpoint",
         "model",
@@ -147,6 +150,8 @@ class _Request:
         self._predicted_speedup: float | None = None
         self._predicted_acceptance: float | None = None
         self._t_first: float | None = None
+        self._t_content: float | None = None
+        self._reasoning: int | None = None
         self._attempts = 0
         self._attempt_engine: str | None = None
         self._attempt_t0 = 0.0
@@ -272,6 +277,15 @@ class _Request:
             if self._span is not None:
                 self._span.add_event("first_token")
 
+    def first_content(self) -> None:
+        if self._t_content is None:
+            self._t_content = self.tel.clock()
+            if self._span is not None:
+                self._span.add_event("first_content")
+
+    def reasoning_tokens(self, tokens: int) -> None:
+        self._reasoning = tokens
+
     def finished(
         self,
         status: int,
@@ -321,40 +335,31 @@ class _Request:
         m.requests.labels(self.model, self.endpoint, route, self._reason, _status_label(status)).inc()
         duration = max(now - self._t0 if duration_s is None else duration_s, 0.0)
         m.e2e.labels(self.model, route).observe(duration)
-        ttft = tpot = None
+        ttft = tpot = ttfc = None
         if ok and self._t_first is not None:
             ttft = max(self._t_first - self._t0, 0.0)
-            m.ttft.labels(self.model, route).observe(ttft)
             if completion_tokens is not None and completion_tokens > 1:
                 tpot = max(now - self._t_first, 0.0) / (completion_tokens - 1)
-                m.tpot.labels(self.model, route).observe(tpot)
-        if ok and completion_tokens:
-            m.output_tokens.labels(self.model, route).inc(completion_tokens)
-        if ok and prompt_tokens:
-            m.prompt_tokens.labels(self.model, route).inc(prompt_tokens)
+        if ok and self._t_content is not None:
+            ttfc = max(self._t_content - self._t0, 0.0)
+        if ok:
+            m.answered(
+                self.model, route, ttft, ttfc, tpot, (prompt_tokens, completion_tokens, self._reasoning)
+            )
         trace_id = None
         if self._span is not None:
-            span = self._span
-            span.set_attribute("http.response.status_code", status)
-            if prompt_tokens is not None:
-                span.set_attribute("gen_ai.usage.input_tokens", prompt_tokens)
-            if completion_tokens is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", completion_tokens)
-            if ttft is not None:
-                span.set_attribute("specgate.ttft_s", ttft)
-            if tpot is not None:
-                span.set_attribute("specgate.tpot_s", tpot)
-            span.set_attribute("specgate.attempts", self._attempts)
-            if not ok:
-                err = m.error(error) if error else f"status_{status}"
-                span.set_attribute("error.type", err)
-                span.set_status(Status(StatusCode.ERROR, err))
-            trace_id = f"{span.get_span_context().trace_id:032x}"
-            start_ns = getattr(span, "start_time", None)
-            if duration_s is not None and isinstance(start_ns, int):
-                span.end(end_time=start_ns + int(duration * 1e9))
-            else:
-                span.end()
+            attrs: dict[str, int | float | None] = {
+                "http.response.status_code": status,
+                "gen_ai.usage.input_tokens": prompt_tokens,
+                "gen_ai.usage.output_tokens": completion_tokens,
+                "gen_ai.usage.reasoning.output_tokens": self._reasoning,
+                "specgate.ttft_s": ttft,
+                "specgate.time_to_first_content_s": ttfc,
+                "specgate.tpot_s": tpot,
+                "specgate.attempts": self._attempts,
+            }
+            err = None if ok else (m.error(error) if error else f"status_{status}")
+            trace_id = end_span(self._span, attrs, err, duration if duration_s is not None else None)
         if tel.config.access_log and logs.access_log.isEnabledFor(logging.INFO):
             logs.emit(
                 {

@@ -138,3 +138,22 @@ async def test_hang_mid_stream_keeps_the_connection_open() -> None:
             resp.close()
     finally:
         await group.stop()
+
+
+def test_reasoning_settings_from_flags_and_yaml(tmp_path: Path) -> None:
+    pair, _ = build_launches(
+        _args("--pair", "--reasoning-parser", "qwen3", "--reasoning-field", "reasoning_content")
+    )
+    assert [ln.config.reasoning_parser for ln in pair] == ["qwen3", "qwen3"]
+    assert [ln.config.reasoning_field for ln in pair] == ["reasoning_content"] * 2
+    (one,), _ = build_launches(
+        _args("--reasoning-parser", "qwen3", "--reasoning-parser-mode", "generated-only")
+    )
+    assert one.config.reasoning_parser_mode == "generated-only"
+    assert build_launches(_args())[0][0].config.reasoning_parser is None  # off by default, as vLLM
+    cfg = tmp_path / "engines.yaml"
+    cfg.write_text("engines:\n  - {served_model_name: a, reasoning_parser: qwen3}\n")
+    assert load_config(str(cfg))[0][0].config.reasoning_parser == "qwen3"
+    cfg.write_text("engines:\n  - {served_model_name: a, reasoning_parser: deepseek_r1}\n")
+    with pytest.raises(ValueError, match="reasoning_parser"):
+        load_config(str(cfg))

@@ -8,6 +8,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.emulator.device import Device
@@ -75,6 +76,18 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     # <think> \n reasoning \n </think> \n\n content: every one a generated token
     own = len(tokenize(reasoning.strip("\n"))) + len(tokenize(content.lstrip("\n")))
     assert whole.usage.completion_tokens == own + 5
+    # /tokenize counts a thinking answer's text as the tokens generated, and a chat's
+    # rendered messages as the prompt tokens billed
+    async with aiohttp.ClientSession() as s:
+        async with s.post(spec_url + "/tokenize", json={"prompt": raw}) as r:
+            counted = await r.json()
+        assert counted["count"] == whole.usage.completion_tokens
+        async with s.post(spec_url + "/detokenize", json={"tokens": counted["tokens"]}) as r:
+            assert (await r.json())["prompt"] == raw
+        async with s.post(spec_url + "/detokenize", json={"tokens": ["x"]}) as r:
+            assert r.status == 400
+        async with s.post(spec_url + "/tokenize", json={"messages": USER}) as r:
+            assert (await r.json())["count"] == whole.usage.prompt_tokens
     async with sdk_client(spec_url) as client:
         stream = await client.chat.completions.create(
             model=SPEC,
@@ -95,6 +108,13 @@ async def test_reasoning_streams_before_content_and_every_token_is_billed(thinki
     assert (
         chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     )
+
+
+async def test_logprobs_cover_every_generated_token(thinking: EmulatorGroup) -> None:
+    r = await _chat(thinking.urls[0], SPEC, USER, logprobs=True, top_logprobs=2, max_tokens=40)
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == 40 and entries[0].token == "<think>" and entries[0].logprob > -0.01
+    assert all(len(e.top_logprobs) == 2 for e in entries)
 
 
 async def test_max_tokens_bounds_reasoning_and_content(thinking: EmulatorGroup) -> None:
@@ -230,3 +250,23 @@ def test_reasoning_answers_accept_drafts_by_the_prompts_nature() -> None:
     edit, chat = _acceptance(EDITS, True), _acceptance(CHATS, True)
     assert edit > chat + 0.5
     assert _acceptance(EDITS, False) > edit
+
+
+async def test_a_model_that_does_not_think_continues_after_the_empty_think_block(
+    pair: EmulatorGroup,
+) -> None:
+    """Without a reasoning parser the model does not think, but a continued message still
+    renders with Qwen3's empty think block: the rest is the unmoved answer's rest."""
+    spec_url, base_url = pair.urls
+    messages = [{"role": "user", "content": CHATS[0]}]  # an answer that starts with a space
+    content = (await _chat(spec_url, SPEC, messages, max_tokens=200)).choices[0].message.content
+    assert content.startswith(" ")
+    for cut in _cuts(content, 1, random.Random(5), 6):
+        rest = await _chat(
+            base_url,
+            BASE,
+            [*messages, {"role": "assistant", "content": content[:cut]}],
+            max_tokens=200,
+            extra_body={"continue_final_message": True, "add_generation_prompt": False, "ignore_eos": True},
+        )
+        assert (content[:cut] + rest.choices[0].message.content).startswith(content), cut

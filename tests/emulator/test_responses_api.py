@@ -114,3 +114,18 @@ async def test_nothing_is_stored_as_in_a_vllm_without_the_store(pair: EmulatorGr
             await client.responses.create(model=SPEC, input="hi", background=True)
         with pytest.raises(openai.BadRequestError):
             await client.responses.create(model=SPEC, input=[{"type": "function_call_output"}])  # type: ignore[list-item]
+
+
+async def test_a_crash_mid_stream_cuts_the_response_stream(pair: EmulatorGroup) -> None:
+    url = pair.urls[0]
+    async with aiohttp.ClientSession() as s:
+        faults = {"crash_after_requests": 0, "crash_mid_stream": True, "mid_stream_chunks": 2}
+        async with s.post(url + "/_emulator/faults", json=faults) as r:
+            assert r.status == 200
+        body = {"model": SPEC, "input": EDITS[0], "stream": True, "max_output_tokens": 200}
+        got = b""
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.post(url + "/v1/responses", json=body) as r:
+                async for piece in r.content.iter_any():
+                    got += piece
+    assert b"response.output_text.delta" in got and b"response.completed" not in got

@@ -9,9 +9,13 @@ import pytest
 from gateway.pipeline.continuation import (
     MAX_MOVED_CHARS,
     MIN_TOKENS_LEFT,
+    PINNED,
+    assistant_text,
     continuation_body,
     movable,
+    prompt_tokenize_body,
     splits_a_stop,
+    tokenize_body,
     tokenize_count,
 )
 from gateway.pipeline.request import CHAT, COMPLETIONS
@@ -102,3 +106,76 @@ def test_tokenize_answers_are_read_defensively() -> None:
     assert tokenize_count({"tokens": [1, 2, 3]}) == 3
     assert tokenize_count({"count": -1}) is None and tokenize_count({"count": True}) is None
     assert tokenize_count(["x"]) is None
+
+
+# A non-default value of every pinned field (one list: gateway.pipeline.continuation.PINNED).
+PINNED_VALUES: dict[str, object] = {
+    "frequency_penalty": 0.5,
+    "presence_penalty": -0.5,
+    "repetition_penalty": 1.1,
+    "logprobs": True,
+    "top_logprobs": 2,
+    "prompt_logprobs": 1,
+    "echo": True,
+    "suffix": "end",
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": "auto",
+    "functions": [{"name": "f"}],
+    "function_call": "auto",
+    "response_format": {"type": "json_object"},
+    "structured_outputs": {"regex": "a+"},
+    "guided_json": {"type": "object"},
+    "guided_regex": "a+",
+    "guided_choice": ["a", "b"],
+    "guided_grammar": "root ::= 'a'",
+    "bad_words": ["x"],
+    "continue_final_message": True,
+    "return_tokens_as_token_ids": True,
+    "return_token_ids": True,
+    "truncate_prompt_tokens": 100,
+    "use_beam_search": True,
+    "length_penalty": 0.8,
+    "skip_special_tokens": False,
+    "min_p": 0.05,
+    "logit_bias": {"50256": -100},
+}
+
+
+def test_every_pinned_field_has_a_tested_value() -> None:
+    assert set(PINNED_VALUES) == set(PINNED)
+
+
+@pytest.mark.parametrize("key", sorted(PINNED))
+def test_a_pinned_field_pins_only_when_not_at_its_default(key: str) -> None:
+    assert not movable(chat(**{key: PINNED_VALUES[key]}), CHAT), key
+    assert movable(chat(**{key: PINNED[key]}), CHAT), key
+    assert movable(chat(**{key: None}), CHAT), key
+
+
+def test_default_penalties_in_any_spelling_move() -> None:
+    assert movable(chat(frequency_penalty=0.0, presence_penalty=0, repetition_penalty=1.0), CHAT)
+    assert not movable(chat(frequency_penalty=True), CHAT)  # not a number: nothing to assume
+
+
+def test_the_answer_so_far_is_written_as_qwen3_renders_it() -> None:
+    assert assistant_text("", "Once upon") == "Once upon"
+    assert assistant_text("\nLet me think.\n", "\n\nOnce") == "<think>\nLet me think.\n</think>\n\nOnce"
+    out = continuation_body(chat(max_tokens=400), CHAT, assistant_text("R", "C"), 330, "m")
+    assert out is not None and out["max_tokens"] == 70  # every generated token counts
+    assert out["messages"][-1] == {"role": "assistant", "content": "<think>\nR\n</think>\n\nC"}
+
+
+def test_the_original_prompt_is_tokenized_as_the_engine_renders_it() -> None:
+    body = chat(chat_template_kwargs={"enable_thinking": False}, temperature=0)
+    tb = prompt_tokenize_body(body, CHAT, "m-base")
+    assert tb == {
+        "model": "m-base",
+        "messages": MSGS,
+        "add_generation_prompt": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    assert prompt_tokenize_body({"prompt": ["def f("]}, COMPLETIONS, "x") == {
+        "model": "x",
+        "prompt": "def f(",
+    }
+    assert tokenize_body("abc", "x") == {"model": "x", "prompt": "abc", "add_special_tokens": False}

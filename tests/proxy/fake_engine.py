@@ -50,6 +50,19 @@ class FakeEngine:
     response_headers: dict[str, str] = field(default_factory=dict)  # added to non-stream answers
     raw_stream: list[bytes] | None = None  # stream: write exactly these pieces (any framing)
     spaced_json: bool = False  # json.dumps default separators ('"model": "x"')
+    # A reasoning model (chat): these tokens stream first as ``reasoning_field`` deltas, then
+    # ``tokens`` as content; the answer generated is ``<think>`` + reasoning + ``</think>`` +
+    # content, so usage counts len(reasoning) + 2 + len(tokens). A request continuing a final
+    # assistant message (``continue_final_message``) gets the rest of that answer, labelled
+    # content, or reasoning when ``continuation_as_reasoning`` (an older parser that sees no
+    # ``</think>`` in its own output).
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_field: str = "reasoning_content"
+    continuation_as_reasoning: bool = False
+    pause_at: int = 0  # stream: the event after which ``gate`` is awaited
+    paused: asyncio.Event = field(default_factory=asyncio.Event)  # set when the gate is reached
+    hold_after: int | None = None  # stream: the event after which ``hold`` is awaited
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -61,6 +74,34 @@ class FakeEngine:
         app.router.add_get("/health", self._health)
         return app
 
+    PROMPT_TOKENS = 7  # every prompt, whatever its text (plus a continued answer's tokens)
+
+    def _answer_tokens(self, text: str) -> int:
+        """Tokens of an answer so far given back as a final assistant message: its think
+        block (markers and reasoning tokens, newlines at the edges stripped as Qwen3's
+        template does) and its content tokens."""
+        n = 0
+        if "</think>" in text:
+            head, text = text.split("</think>", 1)
+            n = 2 + _prefix_tokens(self.reasoning, head.split("<think>")[-1].strip("\n"))
+            text = text.lstrip("\n")
+        return n + _prefix_tokens(self.tokens, text)
+
+    def _prompt_tokens(self, body: dict[str, Any]) -> tuple[int, int]:
+        """(prompt tokens, tokens of the answer it continues)."""
+        msgs = body.get("messages") or []
+        if body.get("continue_final_message") and msgs and msgs[-1].get("role") == "assistant":
+            done = self._answer_tokens(msgs[-1].get("content") or "")
+            return self.PROMPT_TOKENS + done, done
+        return self.PROMPT_TOKENS, 0
+
+    def _reasoning_count(self, body: dict[str, Any]) -> int:
+        """A reasoning fake's ``/tokenize``: its prompts count :data:`PROMPT_TOKENS` (as its
+        usage does), a text the tokens of its answer that it is the start of."""
+        if isinstance(body.get("prompt"), str):
+            return self._answer_tokens(body["prompt"])
+        return self._prompt_tokens(body)[0]
+
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=self.health_status)
 
@@ -71,11 +112,11 @@ class FakeEngine:
         return await self._serve(request, chat=False)
 
     def _chunk(
-        self, body: dict[str, Any], chat: bool, text: str | None, finish: str | None
+        self, body: dict[str, Any], chat: bool, text: str | None, finish: str | None, field: str = "content"
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if chat:
-            choice["delta"] = {"content": text} if text is not None else {"role": "assistant", "content": ""}
+            choice["delta"] = {field: text} if text is not None else {"role": "assistant", "content": ""}
         else:
             choice["text"] = text or ""
         return {
@@ -87,7 +128,8 @@ class FakeEngine:
         }
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's tokenizer endpoints, one token per word (ids are word indexes)."""
+        """vLLM's tokenizer endpoints, one token per word (ids are word indexes); a reasoning
+        fake counts as :meth:`_reasoning_count` says."""
         body = await request.json()
         self.requests.append(Seen(request.path, CIMultiDict(request.headers), body))
         if self.status != 200:
@@ -95,7 +137,10 @@ class FakeEngine:
             return web.json_response(err, status=self.status)
         if request.path == "/detokenize":
             return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
-        n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
+        if self.reasoning:
+            n = self._reasoning_count(body)
+        else:
+            n = len(body.get("prompt", "").split()) + len(body.get("messages", []))
         answer = {"count": n, "max_model_len": 4096, "tokens": list(range(n)), "token_strs": None}
         return web.json_response(answer)
 
@@ -147,10 +192,20 @@ class FakeEngine:
                     ).encode()
                 )
                 return web.Response(status=self.status, body=err, content_type="application/json")
+            prompt_n, done = self._prompt_tokens(body)
+            steps: list[tuple[str, str]] = [("content", t) for t in self.tokens]
+            if self.reasoning and chat:
+                steps = [(self.reasoning_field, t) for t in self.reasoning] + steps
+            generated = len(steps) + (2 if self.reasoning and chat else 0)
+            if done:  # a continuation: the rest of the answer (its think block was given)
+                steps = steps[done - (2 if self.reasoning else 0) :]
+                label = self.reasoning_field if self.continuation_as_reasoning else "content"
+                steps = [(label, t) for _, t in steps]
+                generated -= done
             usage = {
-                "prompt_tokens": 7,
-                "completion_tokens": len(self.tokens),
-                "total_tokens": 7 + len(self.tokens),
+                "prompt_tokens": prompt_n,
+                "completion_tokens": generated,
+                "total_tokens": prompt_n + generated,
             }
             if not body.get("stream"):
                 text = "".join(self.tokens)
@@ -191,14 +246,14 @@ class FakeEngine:
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
-            last = len(self.tokens) - 1
+            last = len(steps) - 1
             # Made one by one, the loop yielding now and then: a long answer (the tests' 20000
             # events) built or written in one step would hold the event loop for its CPU.
             events = itertools.chain(
                 [self._chunk(body, chat, None, None)] if chat else [],
                 (
-                    self._chunk(body, chat, tok, "stop" if i == last else None)
-                    for i, tok in enumerate(self.tokens)
+                    self._chunk(body, chat, tok, "stop" if i == last else None, label)
+                    for i, (label, tok) in enumerate(steps)
                 ),
             )
             for i, ev in enumerate(events):
@@ -208,12 +263,16 @@ class FakeEngine:
                     await asyncio.sleep(0)
                 if i == 0:
                     self.first_sent.set()
+                if i == self.pause_at:
+                    self.paused.set()
                     if self.gate is not None:
                         await self.gate.wait()
-                    if self.die_after_first:
-                        assert request.transport is not None
-                        request.transport.close()
-                        return resp
+                if i == self.hold_after:
+                    await self.hold.wait()
+                if i == 0 and self.die_after_first:
+                    assert request.transport is not None
+                    request.transport.close()
+                    return resp
             opts = body.get("stream_options") or {}
             if opts.get("include_usage"):
                 final: dict[str, Any] = {
@@ -234,3 +293,13 @@ class FakeEngine:
         except (asyncio.CancelledError, ConnectionResetError):
             self.aborted.set()
             raise
+
+
+def _prefix_tokens(tokens: list[str], text: str) -> int:
+    """How many of ``tokens`` make up ``text`` (a prefix of their concatenation)."""
+    got, n = "", 0
+    while got != text and n < len(tokens) and len(got) < len(text):
+        got += tokens[n]
+        n += 1
+    assert got == text, f"not a prefix of the fake's answer: {text!r}"
+    return n

@@ -335,12 +335,15 @@ async def test_stream_fast_path_when_text_is_not_collected(spaced: bool) -> None
     assert o.ttft_s is not None and o.tpot_s is not None
 
 
-def test_has_content_detects_non_empty_deltas_only() -> None:
-    from gateway.proxy.sse import has_content as _has_content
+def test_token_kind_tells_content_reasoning_and_tool_calls_apart() -> None:
+    from gateway.proxy.sse import CONTENT, NO_TOKEN, REASONING, token_kind
 
-    assert _has_content(b'{"choices":[{"delta":{"content":"Hi"}}]}')
-    assert _has_content(b'{"choices":[{"delta": {"content": "Hi"}}]}')
-    assert _has_content(b'{"choices":[{"text":"x"}]}')
-    assert not _has_content(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}')
-    assert not _has_content(b'{"choices":[{"delta":{"reasoning_content":"thinking"}}]}')
-    assert _has_content(b'{"choices":[{"delta":{"content":"say \\"content\\":\\"x"}}]}')
+    assert token_kind(b'{"choices":[{"delta":{"content":"Hi"}}]}') == CONTENT
+    assert token_kind(b'{"choices":[{"delta": {"content": "Hi"}}]}') == CONTENT
+    assert token_kind(b'{"choices":[{"text":"x"}]}') == CONTENT
+    assert token_kind(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}') == NO_TOKEN
+    assert token_kind(b'{"choices":[{"delta":{"reasoning_content":"thinking"}}]}') == REASONING
+    assert token_kind(b'{"choices":[{"delta":{"reasoning": "thinking","content":null}}]}') == REASONING
+    assert token_kind(b'{"choices":[{"delta":{"reasoning_content":""}}]}') == NO_TOKEN
+    assert token_kind(b'{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c"}]}}]}') == CONTENT
+    assert token_kind(b'{"choices":[{"delta":{"content":"say \\"content\\":\\"x"}}]}') == CONTENT

@@ -193,3 +193,33 @@ def test_access_log_can_be_disabled(clock: FakeClock, caplog: pytest.LogCaptureF
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     serve_one(tel, clock)
     assert not [r for r in caplog.records if r.name == ACCESS_LOGGER]
+
+
+def test_a_reasoning_answer_times_its_first_token_and_its_first_content_apart(
+    tel: GatewayTelemetry, clock: FakeClock, spans: InMemorySpanExporter
+) -> None:
+    """TTFT at the first reasoning token, the first content 2 s later, TPOT over every token
+    from the first, and the reasoning tokens as a metric and a GenAI span attribute."""
+    rt = tel.start_request("m1", "/v1/chat/completions", "req-r", {})
+    rt.decided(FEATURES, SPEC, 0.0002)
+    rt.upstream_started("spec-0", 0)
+    clock.advance(0.05)
+    rt.first_token()  # a reasoning delta
+    clock.advance(2.0)
+    rt.first_content()
+    rt.first_token()  # later calls change nothing
+    clock.advance(1.0)
+    rt.reasoning_tokens(100)
+    rt.finished(200, prompt_tokens=30, completion_tokens=151)
+    assert sample(tel, "specgate_time_to_first_token_seconds_sum", route="spec") == pytest.approx(0.05)
+    assert sample(tel, "specgate_time_to_first_content_seconds_sum", route="spec") == pytest.approx(2.05)
+    assert sample(tel, "specgate_time_per_output_token_seconds_sum", route="spec") == pytest.approx(0.02)
+    assert sample(tel, "specgate_reasoning_tokens_total", model="m1", route="spec") == 100
+    assert sample(tel, "specgate_output_tokens_total", model="m1", route="spec") == 151
+    server = {s.name: s for s in spans.get_finished_spans()}["POST /v1/chat/completions"]
+    attrs = server.attributes or {}
+    assert attrs["gen_ai.usage.reasoning.output_tokens"] == 100
+    assert attrs["gen_ai.usage.output_tokens"] == 151
+    assert attrs["specgate.ttft_s"] == pytest.approx(0.05)
+    assert attrs["specgate.time_to_first_content_s"] == pytest.approx(2.05)
+    assert [e.name for e in server.events][-2:] == ["first_token", "first_content"]

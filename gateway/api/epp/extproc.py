@@ -323,10 +323,12 @@ class ExtProcStream(Finish):
     def _observe_chunk(self, chunk: bytes, end: bool) -> None:
         obs, p = self.observed, self.picked
         assert obs is not None and p is not None
-        had_token = obs.first_token_at is not None
+        had_token, had_content = obs.first_token_at is not None, obs.first_content_at is not None
         obs.feed(chunk, end)
         if not had_token and obs.first_token_at is not None:
             p.tel.first_token()
+        if not had_content and obs.first_content_at is not None:
+            p.tel.first_content()
 
 
 def budget(rate: float) -> SampleBudget:

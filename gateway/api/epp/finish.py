@@ -127,6 +127,8 @@ class Finish:
         if aborted and obs.reading and not obs.complete:
             error = "client_disconnected"
         h = obs.harvest
+        if h.reasoning_events:
+            p.tel.reasoning_tokens(h.reasoning_tokens)
         self._finished(p, status, h.prompt_tokens, h.completion_tokens, error)
         if not (obs.reading and obs.complete and obs.ok):
             return

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from gateway.proxy.sse import Harvest
+from gateway.proxy.sse import CONTENT, NO_TOKEN, Harvest
 from gateway.routing.types import Route
 
 MAX_EVENT_BYTES = 1 << 20  # a stream event larger than this ends the observation
@@ -33,7 +33,8 @@ class Observed:
     retried: bool = False
     moved: bool = False
     harvest: Harvest = field(default_factory=Harvest)
-    first_token_at: float | None = None
+    first_token_at: float | None = None  # the first token of any kind (reasoning, content, tool call)
+    first_content_at: float | None = None
     last_token_at: float | None = None
     reading: bool = False  # the body is being read
     complete: bool = False  # the body was read to its end
@@ -90,7 +91,10 @@ class Observed:
             obj = json.loads(data)
         except ValueError:
             return
-        if isinstance(obj, dict) and self.harvest.take(obj) and self.stream:
+        kind = self.harvest.take(obj) if isinstance(obj, dict) else NO_TOKEN
+        if kind and self.stream:
             if self.first_token_at is None:
                 self.first_token_at = now
+            if kind == CONTENT and self.first_content_at is None:
+                self.first_content_at = now
             self.last_token_at = now

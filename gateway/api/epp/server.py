@@ -10,15 +10,24 @@ channel as the proxy, so a request decided here is counted and learned from as o
 proxy relayed. It starts after the gateway's own start-up and stops before its cleanup;
 on SIGTERM the gateway drains (readiness NOT_SERVING, new requests 503) as it does for
 the proxy.
+
+The listener is guarded (docs/epp-security.md): each connection's frames are budgeted and
+its memory bounded (:mod:`gateway.envoy.h2guard`), all connections together share one
+memory bound, connections past ``epp.limits.max_connections`` are closed as they come, and
+with ``epp.auth_token`` every stream must carry the shared secret (UNAUTHENTICATED
+otherwise); with ``epp.tls_client_ca`` the TLS handshake itself requires Envoy's client
+certificate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import ssl
 import time
+from typing import cast
 
 from aiohttp import web
 
@@ -27,8 +36,10 @@ from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
+from gateway.config.epp import EppConfig
 from gateway.envoy.accesslog import PATH as ACCESS_LOG_PATH
 from gateway.envoy.h2 import H2Connection
+from gateway.envoy.h2guard import Limits, MemoryPool
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.health import PATH as HEALTH_PATH
 from gateway.envoy.health import HealthCheck
@@ -37,6 +48,35 @@ log = logging.getLogger(__name__)
 
 PROCESS_PATH = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 _SWEEP_S = 1.0
+GRPC_UNAUTHENTICATED = 16
+
+
+def h2_limits(cfg: EppConfig) -> Limits:
+    """The HTTP/2 layer's budgets and bounds from the ``epp.limits`` config."""
+    lim = cfg.limits
+    return Limits(
+        ping=(lim.ping.rate, lim.ping.burst),
+        settings=(lim.settings.rate, lim.settings.burst),
+        early_reset=(lim.early_reset.rate, lim.early_reset.burst),
+        continuation=(lim.continuation.rate, lim.continuation.burst),
+        window_update=(lim.window_update.rate, lim.window_update.burst),
+        empty=(lim.empty.rate, lim.empty.burst),
+        streams=(lim.streams.rate, lim.streams.burst),
+        other=(lim.other.rate, lim.other.burst),
+        stream_memory=lim.stream_memory_bytes,
+        connection_memory=lim.connection_memory_bytes,
+        connection_window=lim.connection_window_bytes,
+        stream_window=lim.stream_window_bytes,
+        write_buffer=lim.write_buffer_bytes,
+        frames_per_slice=lim.frames_per_slice,
+    )
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past ``epp.limits.max_connections``: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).abort()
 
 
 class EppServer:
@@ -45,6 +85,12 @@ class EppServer:
         self.config = state.config.epp
         self.book = EndpointBook(state.engines)
         self.connections: set[H2Connection] = set()
+        self.limits = h2_limits(self.config)
+        self.pool = MemoryPool(self.config.limits.process_memory_bytes)
+        token = self.config.auth_token
+        self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
+        self.refused = 0  # connections closed as they came (over the cap)
+        self.unauthenticated = 0  # streams refused for want of the shared secret
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._budgets: dict[str, SampleBudget] = {}
@@ -56,6 +102,17 @@ class EppServer:
 
     # -- services ---------------------------------------------------------------------
     def open_stream(self, stream: Stream) -> StreamHandler | None:
+        if self._token is not None:
+            given = (stream.header("authorization") or "").encode()
+            if not hmac.compare_digest(given, self._token):
+                self.unauthenticated += 1
+                log.warning(
+                    "EPP: a stream from %s without the shared secret (epp.auth_token)",
+                    stream.conn.peer_host or "?",
+                    extra={"throttle_key": "epp_unauthenticated"},
+                )
+                stream.finish(GRPC_UNAUTHENTICATED, "unauthenticated")
+                return None
         if stream.path == PROCESS_PATH:
             return ExtProcStream(self, stream)
         if stream.path == HEALTH_PATH:
@@ -83,6 +140,10 @@ class EppServer:
         return {
             "port": self.port,
             "connections": len(self.connections),
+            "connections_refused": self.refused,
+            "streams_unauthenticated": self.unauthenticated,
+            "memory_bytes": self.pool.used,
+            "memory_peak_bytes": self.pool.peak,
             "access_log": {"streams": e.streams, "expected": len(e), "stream_ended": e.waiting},
         }
 
@@ -102,11 +163,21 @@ class EppServer:
         return b.take()
 
     # -- life -------------------------------------------------------------------------
-    def _connection(self) -> H2Connection:
+    def _connection(self) -> asyncio.Protocol:
+        if len(self.connections) >= self.config.limits.max_connections:
+            self.refused += 1
+            log.warning(
+                "EPP: %d connections open (epp.limits.max_connections): closing a new one",
+                len(self.connections),
+                extra={"throttle_key": "epp_max_connections"},
+            )
+            return _Refused()
         conn = H2Connection(
             self.open_stream,
             max_streams=self.config.max_streams,
             max_message=self.state.config.server.max_body_bytes + (1 << 20),
+            limits=self.limits,
+            pool=self.pool,
             on_close=self.connections.discard,
         )
         self.connections.add(conn)
@@ -119,6 +190,9 @@ class EppServer:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(cfg.tls_cert, cfg.tls_key)
             tls.set_alpn_protocols(["h2"])
+            if cfg.tls_client_ca:  # mTLS: no handshake without a certificate the CA signed
+                tls.verify_mode = ssl.CERT_REQUIRED
+                tls.load_verify_locations(cfg.tls_client_ca)
         loop = asyncio.get_running_loop()
         await self.book.resolve()
         self._server = await loop.create_server(
@@ -143,7 +217,7 @@ class EppServer:
             await asyncio.sleep(_SWEEP_S)
             now = time.monotonic()
             for conn in list(self.connections):
-                conn.expire(now, cfg.message_timeout_s)
+                conn.expire(now, cfg.message_timeout_s, cfg.limits.stall_timeout_s)
                 for stream in list(conn.streams.values()):
                     if isinstance(stream.handler, ExtProcStream):
                         stream.handler.overdue(now)

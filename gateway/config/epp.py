@@ -42,7 +42,7 @@ class EppLimits(BaseModel):
     continuation: FrameBudget = _budget(100, 200, "CONTINUATION frames")
     window_update: FrameBudget = _budget(5000, 10_000, "WINDOW_UPDATE frames")
     empty: FrameBudget = _budget(100, 500, "empty DATA/HEADERS/CONTINUATION frames that end nothing")
-    streams: FrameBudget = _budget(20_000, 20_000, "new streams")
+    streams: FrameBudget = _budget(20_000, 5000, "new streams")
     other: FrameBudget = _budget(
         100, 500, "PRIORITY, GOAWAY, unknown frames and RST_STREAM on closed streams"
     )
@@ -80,11 +80,15 @@ class EppLimits(BaseModel):
     stall_timeout_s: float = Field(
         10.0, gt=0.0, le=3600.0, description="abort a connection whose peer has not read its output this long"
     )
-    frames_per_slice: int = Field(
-        2000,
-        ge=16,
-        le=1_000_000,
-        description="frames of one connection handled per turn of the event loop (the rest waits its turn)",
+    slice_ms: float = Field(
+        2.0,
+        gt=0.0,
+        le=1000.0,
+        description="the longest one connection's frames hold the event loop at a time (the rest waits "
+        "for the loop's other work)",
+    )
+    accepts_per_s: float = Field(
+        200.0, gt=0.0, le=1e6, description="new EPP connections accepted a second (more wait in the backlog)"
     )
     max_connections: int = Field(
         256, ge=1, le=65_536, description="EPP connections at once; more are closed as they come"

@@ -19,8 +19,8 @@ What one peer may cost is bounded (:mod:`.h2guard`): frame-rate budgets (PING, S
 early RST_STREAM, CONTINUATION, WINDOW_UPDATE, empty frames, new streams) whose crossing
 ends the connection with GOAWAY ENHANCE_YOUR_CALM at once; memory per stream, per
 connection and per process; reading pauses while the socket's output is queued (the peer
-does not read) and between slices of ``frames_per_slice`` frames, so that one connection's
-bytes never hold the event loop for longer than a slice.
+does not read) and between slices of ``slice_s`` seconds, so that one connection's bytes
+never hold the event loop for longer than a slice.
 
 Protocol errors close the connection with GOAWAY and the RFC's error code; a stream over
 the concurrent limit is refused (REFUSED_STREAM); a message larger than the limit ends its
@@ -129,6 +129,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self.done: asyncio.Future[None] | None = None  # set when the connection is lost
         self.peer_host = ""  # the peer's address (which Envoy this is), where known
         self.peer_cert: object = None  # the peer's TLS certificate, where it showed one
+        self.error_code: int | None = None  # the GOAWAY error code that ended it, if we did
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -210,7 +211,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                 self._preface_seen = True
             # Frames are sliced straight from the bytes read (one copy per payload).
             pos, n = 0, len(data)
-            left = self.limits.frames_per_slice
+            until, count = self._now + self.limits.slice_s, 0
             while n - pos >= 9:
                 length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
                 if length > DEFAULT_FRAME_SIZE:  # we never raise SETTINGS_MAX_FRAME_SIZE
@@ -218,11 +219,11 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                 end = pos + 9 + length
                 if end > n:
                     break
-                if not left:  # this slice is done: the rest after the loop's other work
+                count += 1
+                if not count & 31 and time.monotonic() > until:  # the rest after the loop's other work
                     self._pause("slice")
                     asyncio.get_running_loop().call_soon(self._next_slice)
                     break
-                left -= 1
                 (sid,) = _U32.unpack_from(data, pos + 5)
                 kind = data[pos + 3]
                 if kind == DATA and self._header_stream is None:  # the most frequent, directly
@@ -272,6 +273,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
             self.transport.close()
 
     def _goaway(self, code: int, why: str) -> None:
+        self.error_code = code
         if code != NO_ERROR:
             log.warning(
                 "EPP: closing an HTTP/2 connection from %s: %s (error %d)",

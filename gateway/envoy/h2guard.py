@@ -44,14 +44,14 @@ class Limits:
     continuation: tuple[float, float] = (100.0, 200.0)
     window_update: tuple[float, float] = (5000.0, 10_000.0)
     empty: tuple[float, float] = (100.0, 500.0)
-    streams: tuple[float, float] = (20_000.0, 20_000.0)
+    streams: tuple[float, float] = (20_000.0, 5000.0)
     other: tuple[float, float] = (100.0, 500.0)
     stream_memory: int = 10 << 20  # a stream's partial message, held body, queued output
     connection_memory: int = 32 << 20  # the same, summed over a connection's streams
     connection_window: int = 16 << 20  # the receive window granted to the connection
     stream_window: int = 1 << 20  # the initial receive window of each stream
     write_buffer: int = 1 << 20  # queued in the socket's buffer: reading pauses above
-    frames_per_slice: int = 2000  # frames handled per turn of the event loop, per connection
+    slice_s: float = 0.002  # how long one connection's frames may hold the event loop at a time
 
     def rates(self) -> tuple[tuple[float, float], ...]:
         return (

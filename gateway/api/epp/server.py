@@ -27,13 +27,13 @@ import hmac
 import logging
 import ssl
 import time
-from typing import cast
 
 from aiohttp import web
 
 from gateway.api.epp.endings import AccessLogStream, Endings
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
+from gateway.api.epp.listener import Listener
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
 from gateway.config.epp import EppConfig
@@ -68,15 +68,8 @@ def h2_limits(cfg: EppConfig) -> Limits:
         connection_window=lim.connection_window_bytes,
         stream_window=lim.stream_window_bytes,
         write_buffer=lim.write_buffer_bytes,
-        frames_per_slice=lim.frames_per_slice,
+        slice_s=lim.slice_ms / 1000.0,
     )
-
-
-class _Refused(asyncio.Protocol):
-    """A connection past ``epp.limits.max_connections``: closed at once."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        cast(asyncio.Transport, transport).abort()
 
 
 class EppServer:
@@ -89,9 +82,12 @@ class EppServer:
         self.pool = MemoryPool(self.config.limits.process_memory_bytes)
         token = self.config.auth_token
         self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
-        self.refused = 0  # connections closed as they came (over the cap)
+        self.listener = Listener(
+            self._connection,
+            max_connections=self.config.limits.max_connections,
+            accepts_per_s=self.config.limits.accepts_per_s,
+        )
         self.unauthenticated = 0  # streams refused for want of the shared secret
-        self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._budgets: dict[str, SampleBudget] = {}
         # Answers watched (their response headers asked for): as many a second as the models'
@@ -140,7 +136,7 @@ class EppServer:
         return {
             "port": self.port,
             "connections": len(self.connections),
-            "connections_refused": self.refused,
+            "connections_refused": self.listener.refused,
             "streams_unauthenticated": self.unauthenticated,
             "memory_bytes": self.pool.used,
             "memory_peak_bytes": self.pool.peak,
@@ -164,24 +160,23 @@ class EppServer:
 
     # -- life -------------------------------------------------------------------------
     def _connection(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.config.limits.max_connections:
-            self.refused += 1
-            log.warning(
-                "EPP: %d connections open (epp.limits.max_connections): closing a new one",
-                len(self.connections),
-                extra={"throttle_key": "epp_max_connections"},
-            )
-            return _Refused()
         conn = H2Connection(
             self.open_stream,
             max_streams=self.config.max_streams,
             max_message=self.state.config.server.max_body_bytes + (1 << 20),
             limits=self.limits,
             pool=self.pool,
-            on_close=self.connections.discard,
+            on_close=self._closed,
         )
         self.connections.add(conn)
+        self.listener.open = len(self.connections)
         return conn
+
+    def _closed(self, conn: H2Connection) -> None:
+        self.connections.discard(conn)
+        self.listener.open = len(self.connections)
+        if conn.error_code:  # a budget crossed, or a protocol error Envoy would never make
+            self.listener.strike(conn.peer_host, time.monotonic())
 
     async def start(self) -> int:
         cfg = self.config
@@ -195,11 +190,8 @@ class EppServer:
                 tls.load_verify_locations(cfg.tls_client_ca)
         loop = asyncio.get_running_loop()
         await self.book.resolve()
-        self._server = await loop.create_server(
-            self._connection, cfg.host, cfg.port, ssl=tls, backlog=4096, reuse_address=True
-        )
-        sock = self._server.sockets[0]
-        self.port = int(sock.getsockname()[1])
+        self.listener.tls = tls
+        self.port = await self.listener.start(cfg.host, cfg.port)
         self._tasks.append(loop.create_task(self._sweep()))
         if self.book.unresolved or any(e.config.endpoint is None for e in self.state.engines):
             self._tasks.append(loop.create_task(self.book.keep_resolving()))
@@ -224,6 +216,7 @@ class EppServer:
                 if not conn.streams and now - conn.last_activity > cfg.idle_timeout_s:
                     conn.shutdown()
             self.endings.expire(now)
+            self.listener.forgive(now)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         for t in self._tasks:
@@ -232,8 +225,7 @@ class EppServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks.clear()
-        if self._server is not None:
-            self._server.close()
+        await self.listener.stop()
         for conn in list(self.connections):
             conn.shutdown()
         waiting = [c.done for c in self.connections if c.done is not None]
@@ -241,9 +233,6 @@ class EppServer:
             await asyncio.wait(waiting, timeout=grace_s)
         for conn in list(self.connections):
             conn.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
 
 
 EPP: web.AppKey[EppServer] = web.AppKey("specgate_epp", EppServer)

@@ -271,6 +271,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self._flush()
         if self.transport is not None and not self.closed:
             self.transport.close()
+        self.closed = True  # nothing more is read or written
 
     def _goaway(self, code: int, why: str) -> None:
         self.error_code = code
@@ -361,6 +362,8 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                 handler.on_reset()
         elif kind == GOAWAY:
             self.budgets.charge(OTHER_B, now)
+            if sid != 0 or len(payload) < 8:
+                raise ConnectionError_(PROTOCOL_ERROR if sid else FRAME_SIZE_ERROR, "malformed GOAWAY")
             self._going_away = True
             if not self.streams:
                 self.close()

@@ -81,7 +81,7 @@ class EppLimits(BaseModel):
         10.0, gt=0.0, le=3600.0, description="abort a connection whose peer has not read its output this long"
     )
     slice_ms: float = Field(
-        2.0,
+        1.0,
         gt=0.0,
         le=1000.0,
         description="the longest one connection's frames hold the event loop at a time (the rest waits "

@@ -51,7 +51,7 @@ class Limits:
     connection_window: int = 16 << 20  # the receive window granted to the connection
     stream_window: int = 1 << 20  # the initial receive window of each stream
     write_buffer: int = 1 << 20  # queued in the socket's buffer: reading pauses above
-    slice_s: float = 0.002  # how long one connection's frames may hold the event loop at a time
+    slice_s: float = 0.001  # how long one connection's frames may hold the event loop at a time
 
     def rates(self) -> tuple[tuple[float, float], ...]:
         return (

@@ -27,7 +27,7 @@ TOKEN = "s3cret-token-of-the-epp-0123456789"
 
 def test_engine_keys_behind_an_unauthenticated_epp_are_refused(pair: EmulatorGroup) -> None:
     keyed = {"epp.enabled": True, "models.0.pairs.0.base.api_key": "engine-key"}
-    with pytest.raises(ConfigError, match="epp.auth_token"):
+    with pytest.raises(ConfigError, match=r"epp\.auth_token"):
         gateway_config_for(pair, **keyed)
     assert gateway_config_for(pair, **keyed, **{"epp.auth_token": TOKEN}).epp.authenticates
     assert gateway_config_for(pair, **{"epp.enabled": True}).epp.auth_token is None  # no keys: no need
@@ -75,7 +75,10 @@ async def test_a_grpc_client_without_the_token_is_unauthenticated(pair: Emulator
             ok = await stub.Check(
                 health_pb2.HealthCheckRequest(), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")]
             )
-            assert ok.status in (health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING)
+            assert ok.status in (
+                health_pb2.HealthCheckResponse.SERVING,
+                health_pb2.HealthCheckResponse.NOT_SERVING,
+            )
         assert app[EPP].unauthenticated == 2
     finally:
         await server.close()

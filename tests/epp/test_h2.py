@@ -24,7 +24,7 @@ import hpack
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.envoy import h2, health
+from gateway.envoy import health
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2guard import Limits
 from gateway.envoy.h2stream import Stream, StreamHandler

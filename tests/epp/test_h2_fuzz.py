@@ -3,7 +3,8 @@
 Random sequences of frames (any type, flags and stream id; payloads random or well formed:
 header blocks, gRPC messages, SETTINGS, window increments), cut into reads at random
 places, with small memory bounds. Whatever comes, the connection serves or closes with
-GOAWAY (or, after the peer's GOAWAY, once no stream is left); ``data_received`` never raises; what it holds stays within the connection's bound
+GOAWAY (or, after the peer's GOAWAY, once no stream is left); ``data_received`` never
+raises; what it holds stays within the connection's bound
 and is all freed when the connection goes.
 """
 
@@ -100,6 +101,8 @@ async def _feed(data: bytes, cuts: list[int]) -> None:
     cuts=st.lists(st.integers(0, 4000), max_size=6),
     preface=st.booleans(),
 )
-def test_random_frames_are_served_or_end_with_goaway(body: list[bytes], cuts: list[int], preface: bool) -> None:
+def test_random_frames_are_served_or_end_with_goaway(
+    body: list[bytes], cuts: list[int], preface: bool
+) -> None:
     start = PREFACE + frame(4, 0, 0) if preface else b""
     asyncio.run(_feed(start + b"".join(body), cuts))

@@ -36,7 +36,6 @@ from gateway.envoy.h2wire import (
     PREFACE,
     PRIORITY,
     RST_STREAM,
-    SETTINGS,
     WINDOW_UPDATE,
 )
 from tests.epp.test_h2 import Frame, Peer, frame, grpc_message, parse_frames, settings, u32
@@ -166,7 +165,7 @@ async def test_data_beyond_the_connection_window_is_a_flow_control_error() -> No
             sent += len(body[i : i + 16_384])
             if peer.transport.closed:
                 break
-    last, code = peer.goaway()
+    _, code = peer.goaway()
     assert code == FLOW_CONTROL_ERROR and sent > 200_000
     assert peer.conn.mem <= 200_000
     peer.conn.connection_lost(None)
@@ -219,18 +218,20 @@ async def test_a_peer_that_does_not_read_is_not_read() -> None:
 
 async def test_the_listener_caps_connections_and_cools_down_a_peer_that_crossed_a_budget() -> None:
     opened: list[asyncio.BaseTransport] = []
+    two = asyncio.Event()
 
     class Keep(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             opened.append(transport)
             listener.open = len(opened)  # as the EPP server counts its connections
+            if len(opened) == 2:
+                two.set()
 
     listener = Listener(Keep, max_connections=2, accepts_per_s=1000.0)
     port = await listener.start("127.0.0.1", 0)
     try:
         conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        while len(opened) < 2:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(two.wait(), 5.0)
         r, w = await asyncio.open_connection("127.0.0.1", port)
         assert await asyncio.wait_for(r.read(), 5.0) == b""  # the third: closed as it came
         assert listener.refused == 1

@@ -33,6 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import cast
 
 from gateway.envoy.h2guard import (
@@ -107,12 +108,12 @@ class H2Connection(H2Receiver, asyncio.Protocol):
     ) -> None:
         lim = limits or Limits()
         # a whole message of the largest size must fit the windows and the stream's bound
-        lim = Limits(**{
-            **{f: getattr(lim, f) for f in lim.__dataclass_fields__},
-            "stream_memory": max(lim.stream_memory, max_message + 5),
-            "connection_memory": max(lim.connection_memory, max_message + 5),
-            "connection_window": max(lim.connection_window, max_message + 5, 65_536),
-        })  # fmt: skip
+        lim = replace(
+            lim,
+            stream_memory=max(lim.stream_memory, max_message + 5),
+            connection_memory=max(lim.connection_memory, max_message + 5),
+            connection_window=max(lim.connection_window, max_message + 5, 65_536),
+        )
         super().__init__(lim, pool)
         self.services = services
         self.max_streams = max_streams

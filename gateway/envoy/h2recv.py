@@ -6,7 +6,8 @@ granted again only for bytes *consumed* (whole messages handed to a handler, or 
 never for those of a message still in parts, so the partial messages of a connection never
 exceed its window. A stream's window is refilled the same way, and grown to the length a
 message announces (up to the largest message), so a message larger than the initial window
-can still come whole.
+can still come whole. A stream the server ended may still receive what was in flight, up
+to the window it had: a peer that sends past it (that ignores the reset) ends the connection.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from gateway.envoy.hpack_cache import HeaderDecoder, HpackError
 
 log = logging.getLogger("gateway.envoy.h2")
 
+_CLOSED_KEPT = 1024  # closed streams whose remaining window is remembered
+
 
 class H2Receiver(H2Sender):
     """Streams opened and fed by the peer's HEADERS and DATA."""
@@ -60,6 +63,15 @@ class H2Receiver(H2Sender):
         self._header_block = bytearray()
         self._header_end_stream = False
         self._decoder = HeaderDecoder(HEADER_BLOCK_MAX)
+        # streams we ended while the peer could still send: what their window still allowed
+        self._closed_windows: dict[int, int] = {}
+
+    def forget(self, stream: Stream) -> None:
+        super().forget(stream)
+        if not stream.remote_closed:  # DATA already in flight may come: no more than its window
+            self._closed_windows[stream.id] = max(0, stream.recv_window)
+            if len(self._closed_windows) > _CLOSED_KEPT:
+                del self._closed_windows[next(iter(self._closed_windows))]
 
     def consumed(self, n: int) -> None:
         """``n`` bytes of received DATA are no longer kept: the peer may send as many again."""
@@ -86,7 +98,12 @@ class H2Receiver(H2Sender):
         if s is None:
             if sid > self._last_stream:
                 raise ConnectionError_(PROTOCOL_ERROR, "DATA on an idle stream")
-            self.consumed(size)  # a stream we already ended: the data is dropped
+            left = self._closed_windows.get(sid)
+            if left is not None:  # a stream we ended: what was in flight is dropped, no more
+                if size > left:
+                    raise ConnectionError_(FLOW_CONTROL_ERROR, "DATA past a closed stream's window")
+                self._closed_windows[sid] = left - size
+            self.consumed(size)
             return
         if s.remote_closed:
             raise ConnectionError_(STREAM_CLOSED, "DATA after END_STREAM")

@@ -261,3 +261,18 @@ async def test_one_connections_frames_hold_the_loop_a_slice_at_a_time() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     assert len(peer.frames()) == 33 and not peer.transport.paused
+
+
+async def test_data_past_a_reset_streams_window_ends_the_connection() -> None:
+    """What was in flight when the server reset a stream is dropped; a peer that keeps sending
+    on it past the window it had is ignoring the reset."""
+    peer = Peer(limits=Limits(stream_window=40_000))
+    peer.start({INITIAL_WINDOW_SIZE: 0})
+    peer.send(peer.open(1, "/test.Raw/Record"))
+    peer.svc.recorders[1].stream.reset()
+    assert peer.frames() == [Frame(RST_STREAM, 0, 1, u32(ENHANCE_YOUR_CALM))]
+    peer.send(frame(DATA, 0, 1, b"x" * 16_000), frame(DATA, 0, 1, b"x" * 16_000))
+    assert not peer.transport.closed  # in flight: within the window
+    peer.send(frame(DATA, 0, 1, b"x" * 16_000))
+    _, code = peer.goaway()
+    assert code == FLOW_CONTROL_ERROR

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.bench.procs import emulated_pair_model, free_port, start_serve  # noqa: E402
+from gateway.bench.procs import emulated_pair_model, free_port, process_cpu_s, start_serve  # noqa: E402
 from gateway.emulator.launch import pair_launches, start_group  # noqa: E402
 
 MODEL = "qwen3-8b"
@@ -157,6 +157,7 @@ async def one_run(attack: str, a: argparse.Namespace, tmp: Path) -> dict[str, An
                 async with s.post(url + "/v1/chat/completions", json=CHAT) as r:
                     await r.read()
             rss0 = psutil.Process(proc.pid).memory_info().rss / 1e6
+            cpu0 = process_cpu_s(proc.pid) or 0.0
             stop = time.monotonic() + a.duration
             jobs = [
                 _chat(s, url, a.qps, stop, chats),
@@ -174,6 +175,7 @@ async def one_run(attack: str, a: argparse.Namespace, tmp: Path) -> dict[str, An
                     "--body-mb", str(a.body_mb), "--out", str(out_json), cwd=REPO,
                 )  # fmt: skip
             await asyncio.gather(*jobs)
+            cpu_share = ((process_cpu_s(proc.pid) or 0.0) - cpu0) / (a.duration + 1.0)
             if attacker is not None:
                 await asyncio.wait_for(attacker.wait(), 30)
                 attack_res = json.loads(out_json.read_text())
@@ -202,6 +204,7 @@ async def one_run(attack: str, a: argparse.Namespace, tmp: Path) -> dict[str, An
         "health_p99_ms": 1e3 * (_pct(health, 0.99) or 0),
         "health_max_ms": 1e3 * max(health or [0]),
         "engines_down": sorted(down),
+        "gateway_cpu_share": cpu_share,  # of one core, over the attack (and a second after)
         "rss_before_mb": rss0,
         "rss_peak_mb": max(rss or [rss0]),
         "first_close_s": min(closes) if closes else None,
@@ -252,11 +255,12 @@ def missed(r: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| attack | conns | chat fail/sent | chat p50 / p99 ms | /health p50 / p99 / max ms | engines down "
+        "| attack | conns | chat fail/sent | chat p50 / p99 ms | /health p50 / p99 / max ms | gateway CPU "
+        "| engines down "
         "| RSS before → peak MB | first close s (GOAWAY) | closes | RST_STREAM got | frames sent/s "
         "| targets missed |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         close = "-" if r["first_close_s"] is None else f"{r['first_close_s']:.2f} ({r['goaway_codes']})"
         fps = r["attacker"].get("frames_per_s", 0)
@@ -264,7 +268,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['attack']} | {r['connections']} | {r['chat_failed']}/{r['chat_sent']} "
             f"| {r['chat_p50_ms']:.0f} / {r['chat_p99_ms']:.0f} "
             f"| {r['health_p50_ms']:.0f} / {r['health_p99_ms']:.0f} / {r['health_max_ms']:.0f} "
-            f"| {','.join(r['engines_down']) or '-'} | {r['rss_before_mb']:.0f} → {r['rss_peak_mb']:.0f} "
+            f"| {r.get('gateway_cpu_share', 0):.0%} | {','.join(r['engines_down']) or '-'} "
+            f"| {r['rss_before_mb']:.0f} → {r['rss_peak_mb']:.0f} "
             f"| {close} | {r['closes']} | {r['rst_received'] or '-'} | {fps:,.0f} "
             f"| {', '.join(r.get('missed', [])) or '-'} |"
         )

@@ -38,9 +38,11 @@ class EppLimits(BaseModel):
 
     ping: FrameBudget = _budget(10, 100, "PING frames")
     settings: FrameBudget = _budget(10, 100, "SETTINGS frames")
-    early_reset: FrameBudget = _budget(200, 1000, "RST_STREAMs on streams not answered yet (rapid reset)")
+    early_reset: FrameBudget = _budget(
+        200, 400, "RST_STREAMs on streams not answered yet (rapid reset), and streams opened past max_streams"
+    )
     continuation: FrameBudget = _budget(100, 200, "CONTINUATION frames")
-    window_update: FrameBudget = _budget(5000, 10_000, "WINDOW_UPDATE frames")
+    window_update: FrameBudget = _budget(1000, 2000, "WINDOW_UPDATE frames")
     empty: FrameBudget = _budget(100, 500, "empty DATA/HEADERS/CONTINUATION frames that end nothing")
     streams: FrameBudget = _budget(20_000, 5000, "new streams")
     other: FrameBudget = _budget(

@@ -122,6 +122,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self.budgets = Budgets(lim)
         self._init_receiver()
         self._buf = bytearray()
+        self._rest, self._rest_pos = b"", 0  # a read a slice did not finish, and where it stopped
         self._preface_seen = False
         self._going_away = False
         self._paused: set[str] = set()  # why reading is paused: "write" (output queued), "slice"
@@ -174,7 +175,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self._paused.discard(why)
         if not self._paused and self.transport is not None and not self.closed:
             self.transport.resume_reading()
-            if self._buf and why != "slice":
+            if (self._buf or self._rest) and why != "slice":
                 self._next_slice()
 
     def _next_slice(self) -> None:
@@ -189,8 +190,12 @@ class H2Connection(H2Receiver, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._now = self.last_activity = time.monotonic()
+        start = 0
+        if self._rest:  # what a slice left of the last read: from where it stopped, no copy
+            rest, start, self._rest = self._rest, self._rest_pos, b""
+            data = rest + data if data else rest
         buf = self._buf
-        if buf:  # a frame came in parts, or a slice ended: kept until it is whole
+        if buf:  # a frame came in parts: kept until it is whole
             buf += data
             if self._preface_seen and _incomplete(buf):
                 return
@@ -201,6 +206,8 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self._batching = True
         try:
             if not self._preface_seen:
+                data = data[start:]
+                start = 0
                 if len(data) < len(PREFACE):
                     if not PREFACE.startswith(data):
                         raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
@@ -211,7 +218,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                 data = data[len(PREFACE) :]
                 self._preface_seen = True
             # Frames are sliced straight from the bytes read (one copy per payload).
-            pos, n = 0, len(data)
+            pos, n = start, len(data)
             until, count = self._now + self.limits.slice_s, 0
             while n - pos >= 9:
                 length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
@@ -222,9 +229,10 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                     break
                 count += 1
                 if not count & 31 and time.monotonic() > until:  # the rest after the loop's other work
+                    self._rest, self._rest_pos = data, pos
                     self._pause("slice")
                     asyncio.get_running_loop().call_soon(self._next_slice)
-                    break
+                    return
                 (sid,) = _U32.unpack_from(data, pos + 5)
                 kind = data[pos + 3]
                 if kind == DATA and self._header_stream is None:  # the most frequent, directly
@@ -247,6 +255,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._buf = bytearray()
+        self._rest = b""
         streams, self.streams = self.streams, {}
         for s in streams.values():
             handler, s.handler = s.handler, None

@@ -40,9 +40,9 @@ class Limits:
 
     ping: tuple[float, float] = (10.0, 100.0)
     settings: tuple[float, float] = (10.0, 100.0)
-    early_reset: tuple[float, float] = (200.0, 1000.0)
+    early_reset: tuple[float, float] = (200.0, 400.0)
     continuation: tuple[float, float] = (100.0, 200.0)
-    window_update: tuple[float, float] = (5000.0, 10_000.0)
+    window_update: tuple[float, float] = (1000.0, 2000.0)
     empty: tuple[float, float] = (100.0, 500.0)
     streams: tuple[float, float] = (20_000.0, 5000.0)
     other: tuple[float, float] = (100.0, 500.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.envoy.h2guard import EMPTY_B, STREAMS_B, Budgets
+from gateway.envoy.h2guard import EMPTY_B, RESET_B, STREAMS_B, Budgets
 from gateway.envoy.h2send import H2Sender
 from gateway.envoy.h2stream import Services, Stream
 from gateway.envoy.h2wire import (
@@ -177,6 +177,8 @@ class H2Receiver(H2Sender):
         self._last_stream = sid
         self.budgets.charge(STREAMS_B, self._now)
         if self._going_away or len(self.streams) >= self.max_streams:
+            if not self._going_away:  # past the limit it announced: a peer that resets its way in
+                self.budgets.charge(RESET_B, self._now)
             self.write(_frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
             return
         s = Stream(self, sid, fields)  # type: ignore[arg-type]  # an H2Connection, as this is its base

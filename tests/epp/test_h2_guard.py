@@ -122,7 +122,10 @@ async def test_a_flood_ends_its_connection_with_enhance_your_calm_within_a_secon
         (goaway,) = [f for f in parse_frames(_whole(data)) if f.kind == GOAWAY]
         assert struct.unpack(">I", goaway.payload[4:8])[0] == ENHANCE_YOUR_CALM
         assert took < 1.0
-        assert await asyncio.wait_for(reader.read(), 5.0) == b""  # and closed
+        try:  # and closed (reset, where it had not read all the flood)
+            assert await asyncio.wait_for(reader.read(), 5.0) == b""
+        except ConnectionResetError:
+            pass
     finally:
         writer.close()
 

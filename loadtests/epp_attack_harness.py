@@ -253,6 +253,10 @@ def missed(r: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| attack | conns | chat fail/sent | chat p50 / p99 ms | /health p50 / p99 / max ms | gateway CPU "
@@ -268,7 +272,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['attack']} | {r['connections']} | {r['chat_failed']}/{r['chat_sent']} "
             f"| {r['chat_p50_ms']:.0f} / {r['chat_p99_ms']:.0f} "
             f"| {r['health_p50_ms']:.0f} / {r['health_p99_ms']:.0f} / {r['health_max_ms']:.0f} "
-            f"| {r.get('gateway_cpu_share', 0):.0%} | {','.join(r['engines_down']) or '-'} "
+            f"| {_share(r.get('gateway_cpu_share'))} | {','.join(r['engines_down']) or '-'} "
             f"| {r['rss_before_mb']:.0f} → {r['rss_peak_mb']:.0f} "
             f"| {close} | {r['closes']} | {r['rst_received'] or '-'} | {fps:,.0f} "
             f"| {', '.join(r.get('missed', [])) or '-'} |"

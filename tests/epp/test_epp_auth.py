@@ -5,6 +5,8 @@ with engine keys and an unauthenticated EPP is refused."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -111,3 +113,57 @@ async def test_envoy_with_the_token_is_served_and_without_it_fails_closed(
             finally:
                 await c.close()
         assert app[EPP].unauthenticated >= 1
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, str]:
+    """A CA, the EPP's certificate (127.0.0.1) and Envoy's client certificate, both signed by it."""
+    d = {k: str(tmp_path / k) for k in ("ca.crt", "ca.key", "epp.crt", "epp.key", "envoy.crt", "envoy.key")}
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+             "-keyout", d["ca.key"], "-out", d["ca.crt"])  # fmt: skip
+    for name, san in (("epp", "IP:127.0.0.1,DNS:localhost"), ("envoy", "DNS:envoy")):
+        csr = str(tmp_path / f"{name}.csr")
+        ext = tmp_path / f"{name}.ext"
+        ext.write_text(f"subjectAltName={san}\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", d[f"{name}.key"],
+                 "-out", csr)  # fmt: skip
+        _openssl("x509", "-req", "-in", csr, "-CA", d["ca.crt"], "-CAkey", d["ca.key"], "-CAcreateserial",
+                 "-days", "1", "-extfile", str(ext), "-out", d[f"{name}.crt"])  # fmt: skip
+    d["ca.pem"] = Path(d["ca.crt"]).read_text()
+    return d
+
+
+@needs_envoy
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_envoy_reaches_the_epp_over_mtls_and_a_client_without_a_certificate_does_not(
+    pair: EmulatorGroup, tmp_path: Path, pki: dict[str, str]
+) -> None:
+    cfg = epp_config(
+        pair,
+        **{
+            "epp.tls_cert": pki["epp.crt"],
+            "epp.tls_key": pki["epp.key"],
+            "epp.tls_client_ca": pki["ca.crt"],
+            "models.0.pairs.0.base.api_key": "engine-key",  # allowed: the EPP knows its peer
+        },
+    )
+    tls = (pki["envoy.crt"], pki["envoy.key"], pki["ca.crt"])
+    async with stack(cfg, tmp_path, epp_tls=tls) as (envoy, app):
+        c = await client(envoy)
+        try:
+            answer = await c.chat.completions.create(
+                model="qwen3-8b", messages=MESSAGES, max_tokens=4, extra_headers={"x-specgate-route": "base"}
+            )
+            assert answer.model == "qwen3-8b-base"
+        finally:
+            await c.close()
+        # A gRPC client that trusts the EPP but shows no certificate: no handshake.
+        creds = grpc.ssl_channel_credentials(root_certificates=pki["ca.pem"].encode())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{app[EPP].port}", creds) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE

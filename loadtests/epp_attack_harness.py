@@ -219,6 +219,44 @@ async def one_run(attack: str, a: argparse.Namespace, tmp: Path) -> dict[str, An
     }
 
 
+async def epp_attacks(
+    port: int, names: list[str], each_s: float, connections: int, stop: asyncio.Event
+) -> list[Any]:
+    """``--epp-attack``: the EPP attack suite (``epp_attack.py``, its own process) against the
+    gateway's EPP port, one attack after another for ``each_s`` seconds each, round after
+    round until the load ends. What each round's attacker saw is returned (the connections
+    the gateway closed, and when)."""
+    out: list[Any] = []
+    i = 0
+    while not stop.is_set():
+        name = names[i % len(names)]
+        i += 1
+        fd, path = tempfile.mkstemp(prefix="epp-attack-", suffix=".json")
+        os.close(fd)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(HERE / "epp_attack.py"), "attack",
+            "--target", f"127.0.0.1:{port}", "--attack", name, "--duration", str(each_s),
+            "--connections", str(connections), "--out", path,
+        )  # fmt: skip
+        await proc.wait()
+        try:
+            with open(path, "rb") as fh:  # noqa: ASYNC230 - a small local file
+                r = json.loads(fh.read())
+            closes = [c["closed_at"] for c in r["conns"] if c["closed_at"] is not None]
+            out.append(
+                {
+                    "attack": name,
+                    "frames": r["frames"],
+                    "closes": len(closes),
+                    "first_close_s": min(closes, default=None),
+                }
+            )
+        except (OSError, ValueError, KeyError):
+            out.append({"attack": name, "error": "no result"})
+        os.unlink(path)
+    return out
+
+
 def _rst_codes(res: dict[str, Any] | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for c in (res or {}).get("conns", []):

@@ -26,6 +26,10 @@ Every request is classified:
 
     .venv/bin/python loadtests/soak.py --duration 600 --qps 12 --out soak.json
 
+``--epp-attack all`` also serves the Endpoint Picker and runs the attacks of
+``epp_attack.py`` on it in turns beside the load and the faults (what each round's attacker
+saw is in the report's ``epp_attacks``): the same pass criteria hold.
+
 Pass criteria (exit status 1 otherwise): gateway RSS in the last minute within ±5 % of
 the RSS after warm-up, no file-descriptor growth beyond the connection pool's slack,
 zero failed_retryable, zero hostile requests answered 5xx or with a traceback.
@@ -60,7 +64,8 @@ from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from epp_attack import ATTACKS as _EPP_ATTACKS
+from epp_attack import ATTACKS as _EPP_ATTACKS  # sibling scripts
+from epp_attack_harness import epp_attacks
 
 from gateway.workload.sampler import iter_requests, to_openai_body
 
@@ -426,44 +431,6 @@ async def attacks(url: str, duration: float, t0: float, stop: asyncio.Event, st:
             pass
     if held:
         await asyncio.gather(*held, return_exceptions=True)
-
-
-async def epp_attacks(
-    port: int, names: list[str], each_s: float, connections: int, stop: asyncio.Event
-) -> list[Any]:
-    """``--epp-attack``: the EPP attack suite (``epp_attack.py``, its own process) against the
-    gateway's EPP port, one attack after another for ``each_s`` seconds each, round after
-    round until the load ends. What each round's attacker saw is returned (the connections
-    the gateway closed, and when)."""
-    out: list[Any] = []
-    i = 0
-    while not stop.is_set():
-        name = names[i % len(names)]
-        i += 1
-        fd, path = tempfile.mkstemp(prefix="epp-attack-", suffix=".json")
-        os.close(fd)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(Path(__file__).with_name("epp_attack.py")), "attack",
-            "--target", f"127.0.0.1:{port}", "--attack", name, "--duration", str(each_s),
-            "--connections", str(connections), "--out", path,
-        )  # fmt: skip
-        await proc.wait()
-        try:
-            with open(path, "rb") as fh:  # noqa: ASYNC230 - a small local file
-                r = json.loads(fh.read())
-            closes = [c["closed_at"] for c in r["conns"] if c["closed_at"] is not None]
-            out.append(
-                {
-                    "attack": name,
-                    "frames": r["frames"],
-                    "closes": len(closes),
-                    "first_close_s": min(closes, default=None),
-                }
-            )
-        except (OSError, ValueError, KeyError):
-            out.append({"attack": name, "error": "no result"})
-        os.unlink(path)
-    return out
 
 
 async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: float) -> None:

@@ -124,7 +124,7 @@ class EppConfig(BaseModel):
         None,
         description="shared secret: every gRPC stream must carry 'authorization: Bearer <token>' (the "
         "bootstrap of `specgate envoy-config` sets it as the ext_proc service's initial metadata); "
-        "others get UNAUTHENTICATED",
+        "others get UNAUTHENTICATED (grpc.health.v1, readiness only, stays open to probes)",
     )
     tls_client_ca: str | None = Field(
         None,

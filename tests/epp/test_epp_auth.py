@@ -22,6 +22,7 @@ from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.bootstrap import envoy_config
 from tests.conftest import gateway_config_for
 from tests.epp.envoy_proc import needs_envoy, run_envoy
+from tests.epp.extproc_wire import PROCESS, request_headers
 from tests.epp.test_envoy_e2e import MESSAGES, client, epp_config, stack
 
 TOKEN = "s3cret-token-of-the-epp-0123456789"
@@ -60,23 +61,24 @@ def test_the_bootstrap_gives_every_grpc_service_of_the_epp_the_token(pair: Emula
 
 
 async def test_a_grpc_client_without_the_token_is_unauthenticated(pair: EmulatorGroup) -> None:
+    """ext_proc (and the access log) need the token; the health service, readiness only, is
+    open to probes."""
     app = build_app(epp_config(pair, **{"epp.auth_token": TOKEN}))
     server = TestServer(app)
     await server.start_server()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app[EPP].port}") as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
-            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Check(
-                    health_pb2.HealthCheckRequest(), timeout=10, metadata=[("authorization", "Bearer wrong")]
-                )
-            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            ok = await stub.Check(
-                health_pb2.HealthCheckRequest(), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")]
-            )
+            process = ch.stream_stream(PROCESS, request_serializer=None, response_deserializer=None)
+            for metadata in ([], [("authorization", "Bearer wrong")]):
+                call = process(metadata=metadata, timeout=10)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            call = process(metadata=[("authorization", f"Bearer {TOKEN}")], timeout=10)
+            await call.write(request_headers())
+            assert await call.read()  # an answer to the request's headers
+            call.cancel()
+            ok = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
             assert ok.status in (
                 health_pb2.HealthCheckResponse.SERVING,
                 health_pb2.HealthCheckResponse.NOT_SERVING,

@@ -15,8 +15,8 @@ The listener is guarded (docs/epp-security.md): each connection's frames are bud
 its memory bounded (:mod:`gateway.envoy.h2guard`), all connections together share one
 memory bound, connections past ``epp.limits.max_connections`` are closed as they come, and
 with ``epp.auth_token`` every stream must carry the shared secret (UNAUTHENTICATED
-otherwise); with ``epp.tls_client_ca`` the TLS handshake itself requires Envoy's client
-certificate.
+otherwise; the gRPC health service, which tells only readiness, is open to probes); with
+``epp.tls_client_ca`` the TLS handshake itself requires Envoy's client certificate.
 """
 
 from __future__ import annotations
@@ -98,7 +98,9 @@ class EppServer:
 
     # -- services ---------------------------------------------------------------------
     def open_stream(self, stream: Stream) -> StreamHandler | None:
-        if self._token is not None:
+        # The health service says only whether the EPP can pick: open to probes (the kubelet's
+        # gRPC probe carries no metadata); everything else needs the shared secret.
+        if self._token is not None and stream.path != HEALTH_PATH:
             given = (stream.header("authorization") or "").encode()
             if not hmac.compare_digest(given, self._token):
                 self.unauthenticated += 1

@@ -429,5 +429,6 @@ def envoy_config(
     if epp_tls is not None:
         cert, key, ca = epp_tls
         epp = bootstrap["static_resources"]["clusters"][1]
-        epp["transport_socket"] = tls_socket(cert=cert, key=key, ca=ca, sni=epp_host)
+        sni = None if _is_ip(epp_host) else epp_host
+        epp["transport_socket"] = tls_socket(cert=cert, key=key, ca=ca, sni=sni)
     return bootstrap

@@ -33,13 +33,14 @@ def add_token(node: Any, token: str) -> int:
     return n
 
 
-def tls_socket(*, cert: str, key: str, ca: str, sni: str) -> dict[str, Any]:
-    """The EPP cluster's transport socket: TLS with Envoy's client certificate (mTLS)."""
+def tls_socket(*, cert: str, key: str, ca: str, sni: str | None) -> dict[str, Any]:
+    """The EPP cluster's transport socket: TLS with Envoy's client certificate (mTLS); ``sni``:
+    the server name to ask for (None where the EPP is reached by IP address)."""
     return {
         "name": "envoy.transport_sockets.tls",
         "typed_config": typed(
             "extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-            sni=sni,
+            **({"sni": sni} if sni else {}),
             common_tls_context={
                 "alpn_protocols": ["h2"],
                 "tls_certificates": [

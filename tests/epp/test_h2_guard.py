@@ -18,8 +18,12 @@ from dataclasses import dataclass
 
 import hpack
 import pytest
+from aiohttp.test_utils import TestServer
 
+from gateway.api.app import build_app
 from gateway.api.epp.listener import Listener
+from gateway.api.epp.server import EPP
+from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2guard import Limits, MemoryPool
 from gateway.envoy.h2stream import Stream
@@ -38,6 +42,7 @@ from gateway.envoy.h2wire import (
     RST_STREAM,
     WINDOW_UPDATE,
 )
+from tests.conftest import gateway_config_for
 from tests.epp.test_h2 import Frame, Peer, frame, grpc_message, parse_frames, settings, u32
 
 GRPC = [
@@ -279,3 +284,36 @@ async def test_data_past_a_reset_streams_window_ends_the_connection() -> None:
     peer.send(frame(DATA, 0, 1, b"x" * 16_000))
     _, code = peer.goaway()
     assert code == FLOW_CONTROL_ERROR
+
+
+async def test_the_epp_cools_down_a_peer_whose_flood_it_ended(pair: EmulatorGroup) -> None:
+    """Through the gateway's own EPP listener: a PING flood ends with ENHANCE_YOUR_CALM, the
+    peer's next connection is closed as it comes, and ``/admin/state`` counts it."""
+    app = build_app(gateway_config_for(pair, **{"epp.enabled": True, "epp.port": 0}))
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        epp = app[EPP]
+        reader, writer = await asyncio.open_connection("127.0.0.1", epp.port)
+        writer.write(PREFACE + settings({}) + frame(PING, 0, 0, b"12345678") * 200)
+        data = await asyncio.wait_for(reader.read(), 5.0)
+        (goaway,) = [f for f in parse_frames(_whole(data)) if f.kind == GOAWAY]
+        assert struct.unpack(">I", goaway.payload[4:8])[0] == ENHANCE_YOUR_CALM
+        writer.close()
+        r, w = await asyncio.open_connection("127.0.0.1", epp.port)
+        assert await asyncio.wait_for(r.read(), 5.0) == b""  # refused while it cools down
+        w.close()
+        state = epp.admin_state()
+        assert state["connections_refused"] == 1 and state["memory_bytes"] == 0
+    finally:
+        await server.close()
+
+
+async def test_streams_opened_past_the_limit_count_as_early_resets() -> None:
+    peer = Peer(max_streams=2, limits=Limits(early_reset=(10.0, 20.0)))
+    peer.start()
+    peer.send(*(peer.open(sid) for sid in range(1, 9, 2)))
+    assert not peer.transport.closed  # two refused: within the budget
+    peer.send(*(peer.open(sid) for sid in range(9, 101, 2)))
+    _, code = peer.goaway()
+    assert code == ENHANCE_YOUR_CALM

@@ -9,7 +9,8 @@ accepting (the kernel's backlog waits):
   ENHANCE_YOUR_CALM) or for a protocol error is refused for a cool-down that doubles with
   each strike (1 s, 2 s, ... up to 60 s), so that reconnecting does not buy a flood a fresh
   budget every time;
-- at most ``accepts_per_s`` connections accepted a second (a burst of as many).
+- at most ``accepts_per_s`` connections accepted a second (a burst of as many), refused
+  ones included: past it the next waits in the kernel's backlog.
 
 TLS handshakes run each in its own task, so a peer that stalls its handshake holds no one
 else's connection.
@@ -107,16 +108,19 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             now = time.monotonic()
+            # Every accept counts, refused ones too: a storm of reconnections waits in the
+            # kernel's backlog instead of costing the loop an accept and a close each.
+            self._tokens = min(self._rate, self._tokens + (now - self._last) * self._rate)
+            self._last = now
+            self._tokens -= 1.0
+            if self._tokens < 0.0:  # over the accept rate: wait before accepting more
+                await asyncio.sleep(-self._tokens / self._rate)
+                now = time.monotonic()
             host = addr[0] if isinstance(addr, tuple) and addr else ""
             if self.refusing(host, now) or self.open + len(self._handshakes) >= self.max_connections:
                 self.refused += 1
                 sock.close()
                 continue
-            self._tokens = min(self._rate, self._tokens + (now - self._last) * self._rate)
-            self._last = now
-            self._tokens -= 1.0
-            if self._tokens < 0.0:  # over the accept rate: the next waits in the backlog
-                await asyncio.sleep(-self._tokens / self._rate)
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -90,7 +90,10 @@ class EppLimits(BaseModel):
         "for the loop's other work)",
     )
     accepts_per_s: float = Field(
-        200.0, gt=0.0, le=1e6, description="new EPP connections accepted a second (more wait in the backlog)"
+        200.0,
+        gt=0.0,
+        le=1e6,
+        description="new EPP connections accepted a second, refused ones included (more wait in the backlog)",
     )
     max_connections: int = Field(
         256, ge=1, le=65_536, description="EPP connections at once; more are closed as they come"

@@ -26,6 +26,10 @@ Every request is classified:
 
     .venv/bin/python loadtests/soak.py --duration 600 --qps 12 --out soak.json
 
+``--epp-attack all`` also serves the Endpoint Picker and runs the attacks of
+``epp_attack.py`` on it in turns beside the load and the faults (what each round's attacker
+saw is in the report's ``epp_attacks``): the same pass criteria hold.
+
 Pass criteria (exit status 1 otherwise): gateway RSS in the last minute within ±5 % of
 the RSS after warm-up, no file-descriptor growth beyond the connection pool's slack,
 zero failed_retryable, zero hostile requests answered 5xx or with a traceback.
@@ -58,6 +62,11 @@ import yaml
 
 from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from epp_attack import ATTACKS as _EPP_ATTACKS  # sibling scripts
+from epp_attack_harness import epp_attacks
+
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
@@ -528,6 +537,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "scrape": {"interval_s": 1.0, "timeout_s": 0.5, "stale_after_s": 5.0},
         "models": [model],
     }
+    epp_port = None
+    if args.epp_attack:  # the EPP beside the HTTP port, on a port of its own
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            epp_port = sock.getsockname()[1]
+        cfg["epp"] = {"enabled": True, "host": "127.0.0.1", "port": epp_port}
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(cfg))
     log_path = tmp / "gateway.log"
     log_fh = open(log_path, "wb")  # noqa: SIM115, ASYNC230 - a local file, closed below
@@ -558,6 +573,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     sampling = asyncio.ensure_future(sampler(proc.pid, t0, samples, args.sample_every, stop))
     faulting = asyncio.ensure_future(run_faults(group, faults, t0, stop))
     attacking = asyncio.ensure_future(attacks(url, args.duration, t0, stop, st))
+    epp_attacking = None
+    if epp_port is not None:
+        names = args.epp_attack.split(",") if args.epp_attack != "all" else list(_EPP_ATTACKS)
+        epp_attacking = asyncio.ensure_future(
+            epp_attacks(epp_port, names, args.epp_attack_s, args.epp_attack_connections, stop)
+        )
     fd_idle1 = None
     try:
         await load(url, args.qps, args.duration, args.seed, st, t0)
@@ -574,6 +595,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stop.set()
         await asyncio.gather(sampling, faulting, attacking, return_exceptions=True)
+        epp_rounds = (await epp_attacking) if epp_attacking is not None else None
         async with aiohttp.ClientSession() as s, s.get(url + "/admin/state") as r:
             state = await r.json()
         proc.send_signal(signal.SIGTERM)
@@ -587,6 +609,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     }
     log_lines = log_path.read_text(errors="replace").splitlines()
     res = report(args, st, samples, faults, rc, inflight_end, engines_inflight, log_lines)
+    if epp_rounds is not None:
+        res["epp_attacks"] = epp_rounds
     res["fds_idle_before_load"] = fd_idle0
     res["fds_idle_after_load"] = fd_idle1
     res["fds_detail_before"], res["fds_detail_after"] = fd_before, fd_after
@@ -711,6 +735,15 @@ def main() -> int:
     p.add_argument("--fd-slack", type=int, default=2, help="fds allowed above the idle count before the load")
     p.add_argument("--out", default="soak.json", help="JSON report path")
     p.add_argument("--md", default=None, help="also write the markdown table here")
+    p.add_argument(
+        "--epp-attack",
+        default=None,
+        metavar="NAMES",
+        help="serve the EPP too and run these attacks of epp_attack.py on it (comma list, or all) "
+        "in turns beside the load and faults; the load's checks must pass all the same",
+    )
+    p.add_argument("--epp-attack-s", type=float, default=15.0, help="seconds per EPP attack (default 15)")
+    p.add_argument("--epp-attack-connections", type=int, default=1, help="attacking connections (default 1)")
     args = p.parse_args()
     try:
         import uvloop

@@ -41,7 +41,7 @@ from h2.events import (
     StreamReset,
     WindowUpdated,
 )
-from h2.exceptions import ProtocolError, StreamClosedError
+from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
 
@@ -79,10 +79,13 @@ class GrpcStream:
     def send(self, message: bytes) -> None:
         if self.finished:
             return
-        h2c = self.conn.h2
         if not self.headers_sent:
-            h2c.send_headers(self.sid, [(":status", "200"), ("content-type", "application/grpc")])
             self.headers_sent = True
+            try:
+                self.conn.h2.send_headers(self.sid, [(":status", "200"), ("content-type", "application/grpc")])
+            except ProtocolError:  # reset or closed meanwhile (see flush)
+                self._gone()
+                return
         self.pending += b"\x00" + len(message).to_bytes(4, "big") + message
         self.flush()
 
@@ -114,8 +117,16 @@ class GrpcStream:
                 h2c.send_headers(self.sid, self.trailers, end_stream=True)
                 self.trailers = None
                 self.conn.streams.pop(self.sid, None)
-        except StreamClosedError:
-            self.conn.streams.pop(self.sid, None)
+        except ProtocolError:
+            # The stream was reset or closed by a frame of the same read: h2 applies a read's
+            # frames before its events are handled, and may have forgotten the stream already.
+            self._gone()
+
+    def _gone(self) -> None:
+        self.finished = True
+        self.pending.clear()
+        self.trailers = None
+        self.conn.streams.pop(self.sid, None)
 
     def feed(self, data: bytes) -> None:
         buf = self.buf

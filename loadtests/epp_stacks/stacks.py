@@ -49,7 +49,11 @@ STACKS = ("hand", "h2", "grpc-sync", "grpc-aio", "grpc-sync-hop", "grpc-aio-hop"
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 PROCESS_PATH = f"/{SERVICE}/Process"
 MAX_MESSAGE = 4 * 1024 * 1024
-THREADS = 64  # grpc-sync: a stream holds a worker thread for its whole life
+THREADS = 128  # grpc-sync: a stream holds a worker thread for its whole life
+# grpc-sync: no maximum_concurrent_rpcs. With one, behind Envoy's one-trip layout (every stream
+# reset once answered), streams were refused early with only 32 requests in flight (the count
+# of active calls lags the resets); without, calls past the pool's threads wait for one.
+MAX_RPCS: int | None = None
 
 # grpcio C-core's server-side budgets (channel arguments), set as the EPP would set them.
 GRPC_OPTIONS: list[tuple[str, int]] = [
@@ -61,7 +65,7 @@ GRPC_OPTIONS: list[tuple[str, int]] = [
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.max_connection_idle_ms", 3_600_000),
-    ("grpc.http2.max_pending_induced_frames", 1_000),  # unread SETTINGS/PING acks, RST_STREAMs
+    ("grpc.max_allowed_incoming_connections", 64),
     ("grpc.so_reuseport", 0),
 ]
 
@@ -230,7 +234,7 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
     if stack.startswith("grpc-sync"):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS)
         sync_server = grpc.server(
-            pool, handlers=[_sync_handler(answers, hop)], options=GRPC_OPTIONS, maximum_concurrent_rpcs=THREADS
+            pool, handlers=[_sync_handler(answers, hop)], options=GRPC_OPTIONS, maximum_concurrent_rpcs=MAX_RPCS
         )
         port = sync_server.add_insecure_port(f"{host}:0")
         sync_server.start()

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -231,7 +232,7 @@ def _table(rows: list[dict[str, Any]], paths: list[str], args: argparse.Namespac
             f"{med(name, 'envoy_cpu_us_per_req'):.0f} | {med(name, 'envoy_cpu_us_per_req_peak'):.0f} | "
             f"{med(name, 'epp_rss_mb'):.0f} | {errors} |"
         )
-    return "\n".join(lines).replace("| nan |", "| – |")
+    return re.sub(r"(?<=\| )nan(?= \|)", "–", "\n".join(lines))
 
 
 if __name__ == "__main__":

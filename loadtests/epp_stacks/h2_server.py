@@ -176,7 +176,7 @@ class H2Server(asyncio.Protocol):
         self.h2.local_settings = type(self.h2.local_settings)(
             client=False,
             initial_values={
-                SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
+                SettingCodes.MAX_CONCURRENT_STREAMS: listener.max_streams,
                 SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
                 SettingCodes.INITIAL_WINDOW_SIZE: RECV_WINDOW,
             },
@@ -245,7 +245,7 @@ class H2Server(asyncio.Protocol):
         elif isinstance(ev, StreamReset):
             s = self.streams.pop(ev.stream_id, None)
             if s is not None and s.handler is not None:
-                if not s.headers_sent and not self.budget.spend("early_reset"):
+                if ev.remote_reset and not s.headers_sent and not self.budget.spend("early_reset"):
                     self._calm("streams reset before their answer")
                 s.handler.on_reset()
         elif isinstance(ev, WindowUpdated):
@@ -290,8 +290,9 @@ class H2Server(asyncio.Protocol):
 class Listener:
     """Builds :class:`H2Server` connections, at most ``max_connections`` at once."""
 
-    def __init__(self, services: Services, max_connections: int = 64) -> None:
+    def __init__(self, services: Services, max_connections: int = 64, max_streams: int = MAX_STREAMS) -> None:
         self.services = services
+        self.max_streams = max_streams
         self.max_connections = max_connections
         self.connections: set[H2Server] = set()
 

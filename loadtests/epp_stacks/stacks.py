@@ -49,6 +49,12 @@ STACKS = ("hand", "h2", "grpc-sync", "grpc-aio", "grpc-sync-hop", "grpc-aio-hop"
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 PROCESS_PATH = f"/{SERVICE}/Process"
 MAX_MESSAGE = 4 * 1024 * 1024
+# Concurrent streams per connection, every stack. A watched request's stream lasts as long as
+# its response, so the EPP needs hundreds; and grpc-sync needs headroom above what Envoy has
+# in flight: at 128, behind Envoy's one-trip layout (each stream reset once answered), its
+# C-core refused new streams (REFUSED_STREAM, a 500 from Envoy) while reset ones still
+# counted, their handler threads not yet finished, until it refused every stream.
+MAX_STREAMS = 1024
 THREADS = 128  # grpc-sync: a stream holds a worker thread for its whole life
 # grpc-sync: no maximum_concurrent_rpcs. With one, behind Envoy's one-trip layout (every stream
 # reset once answered), streams were refused early with only 32 requests in flight (the count
@@ -57,7 +63,7 @@ MAX_RPCS: int | None = None
 
 # grpcio C-core's server-side budgets (channel arguments), set as the EPP would set them.
 GRPC_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.max_concurrent_streams", 128),  # SETTINGS_MAX_CONCURRENT_STREAMS per connection
+    ("grpc.max_concurrent_streams", MAX_STREAMS),  # SETTINGS_MAX_CONCURRENT_STREAMS
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.max_send_message_length", MAX_MESSAGE),
     ("grpc.max_metadata_size", 16 * 1024),  # SETTINGS_MAX_HEADER_LIST_SIZE
@@ -207,7 +213,7 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
                     return null_epp.NullPick(stream, answers) if stream.path == PROCESS_PATH else None
 
                 def factory() -> Any:
-                    conn = null_epp.H2Connection(services, on_close=conns.discard)
+                    conn = null_epp.H2Connection(services, max_streams=MAX_STREAMS, on_close=conns.discard)
                     conns.add(conn)
                     return conn
 
@@ -216,7 +222,7 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
                 def h2_services(stream: Any) -> Any:
                     return null_epp.NullPick(stream, answers) if stream.path == PROCESS_PATH else None
 
-                factory = h2_server.Listener(h2_services)
+                factory = h2_server.Listener(h2_services, max_streams=MAX_STREAMS)
             return await asyncio.get_running_loop().create_server(factory, host, 0, backlog=4096)
 
         server = asyncio.run_coroutine_threadsafe(listen(), loop).result(10)

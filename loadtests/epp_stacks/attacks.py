@@ -6,8 +6,9 @@ Envoy: the attacks speak HTTP/2 to it directly), a well-behaved gRPC client besi
 (one-trip ext_proc exchanges at ``--good-rate`` per second on its own connection, each
 given ``--good-timeout`` s), the server's RSS and CPU sampled every 0.1 s, and the attack
 run for ``--duration`` s. Reported per cell: how the attacking connections ended (GOAWAY
-code, seconds from open to close, how many were opened), the server's RSS growth and CPU
-(cores) during the attack, and the good client's answered share and p99.
+code, seconds from open to close, how many were opened), how long the
+server's TCP window held the attacker's sends back, the server's RSS growth and CPU (cores)
+during the attack, and the good client's answered share and p99.
 
     python loadtests/epp_stacks/attacks.py --duration 3 --connections 1,16 \\
         --out loadtests/results/epp-stacks-attacks.json
@@ -89,13 +90,22 @@ class GoodClient(threading.Thread):
 def _cell(stack: str, attack: str, conns: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     pf = tmp / f"{stack}-{attack}-{conns}.port"
     server = subprocess.Popen(
-        [sys.executable, str(HERE / "stacks.py"), "--stack", stack, "--endpoint", "127.0.0.1:9", "--port-file", str(pf)]
+        [
+            sys.executable,
+            str(HERE / "stacks.py"),
+            "--stack",
+            stack,
+            "--endpoint",
+            "127.0.0.1:9",
+            "--port-file",
+            str(pf),
+        ]
     )
     try:
         port = bo._wait_port_file(pf)
         good = GoodClient(port, args.good_rate, args.good_timeout)
         good.start()
-        time.sleep(0.5)  # noqa: ASYNC251 - a plain script: the good client's first calls connect
+        time.sleep(0.5)
         rss0, cpu0 = rss_mb(server.pid), process_cpu_s(server.pid) or 0.0
         peak_rss = rss0
         out = tmp / f"{stack}-{attack}-{conns}.json"
@@ -107,20 +117,25 @@ def _cell(stack: str, attack: str, conns: int, args: argparse.Namespace, tmp: Pa
         while attacker.poll() is None:
             if server.poll() is None:
                 peak_rss = max(peak_rss, rss_mb(server.pid))
-            time.sleep(0.1)  # noqa: ASYNC251
+            time.sleep(0.1)
         wall = time.monotonic() - t0
         cpu = ((process_cpu_s(server.pid) or cpu0) - cpu0) / wall
         good.stop.set()
         good.join(args.good_timeout + 2)
         res = json.loads(out.read_text()) if out.exists() else {"conns": []}
-        closed = [c for c in res["conns"] if c["closed_at"] is not None and not c.get("error")]
+        # A send that failed (the server closed the socket) counts as closed by the server; a
+        # connect that failed ("connect: ...") as refused.
+        refused = [c for c in res["conns"] if (c.get("error") or "").startswith("connect")]
+        closed = [c for c in res["conns"] if c["closed_at"] is not None and c not in refused]
         to_close = [c["closed_at"] - c["opened_at"] for c in closed]
         return {
             "stack": stack,
             "attack": attack,
             "connections": conns,
             "server_alive": server.poll() is None,
-            "attack_conns_opened": len(res["conns"]),
+            "attack_conns_opened": len(res["conns"]) - len(refused),
+            "attack_conns_refused": len(refused),
+            "attack_stalled_s": sum(c.get("stalled_s", 0.0) for c in res["conns"]),
             "attack_conns_closed": len(closed),
             "goaway_codes": sorted({c["goaway"] for c in closed if c["goaway"] is not None}),
             "first_close_s": min(to_close) if to_close else None,
@@ -154,15 +169,16 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| attack | conns | stack | closed / opened | GOAWAY | first close s | RSS +MB | CPU cores "
-        "| good answered | good p99 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| attack | conns | stack | closed / opened (refused) | GOAWAY | first close s | sends held s "
+        "| RSS +MB | CPU cores | good answered | good p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         goaway = ",".join(hex(c) for c in r["goaway_codes"]) or "–"
         lines.append(
             f"| {r['attack']} | {r['connections']} | {r['stack']} | {r['attack_conns_closed']} / "
-            f"{r['attack_conns_opened']} | {goaway} | {_fmt(r['first_close_s'], '.3f')} | "
+            f"{r['attack_conns_opened']} ({r['attack_conns_refused']}) | {goaway} | "
+            f"{_fmt(r['first_close_s'], '.3f')} | {_fmt(r['attack_stalled_s'], '.1f')} | "
             f"{_fmt(r['rss_growth_mb'], '.0f')} | {_fmt(r['server_cpu_cores'])} | "
             f"{_fmt(r['good_answered_share'] * 100, '.0f')} % | {_fmt(r['good_p99_ms'], '.1f')} |"
         )

@@ -113,7 +113,9 @@ def main() -> int:
             if name != "envoy":
                 spf = tmp / f"{name}.port"
                 cmd = [sys.executable, str(HERE / "stacks.py"), "--stack", name]
-                procs.append(subprocess.Popen([*cmd, "--endpoint", f"127.0.0.1:{up}", "--port-file", str(spf)]))
+                procs.append(
+                    subprocess.Popen([*cmd, "--endpoint", f"127.0.0.1:{up}", "--port-file", str(spf)])
+                )
                 epp_pid[name] = procs[-1].pid
                 eport = bo._wait_port_file(spf)
             gconf = tmp / f"gateway-{name}.yaml"
@@ -121,7 +123,16 @@ def main() -> int:
             econf, xport, aport = tmp / f"envoy-{name}.yaml", bo._free_port(), bo._free_port()
             share = args.watch_share if args.watch_share > 0 else None
             bo._write_envoy_conf(gconf, econf, xport, aport, epp=name != "envoy", watch_share=share)
-            ecmd = [envoy, "-c", str(econf), "--concurrency", "1", "--log-level", "warn", "--use-dynamic-base-id"]
+            ecmd = [
+                envoy,
+                "-c",
+                str(econf),
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warn",
+                "--use-dynamic-base-id",
+            ]
             procs.append(subprocess.Popen(ecmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             envoy_pid[name] = procs[-1].pid
             admins[name] = f"http://127.0.0.1:{aport}"
@@ -141,8 +152,15 @@ def main() -> int:
                 watched = [p for p in (epp_pid.get(name), envoy_pid.get(name)) if p is not None]
                 c0 = [bo._cpu_seconds(p) for p in watched]
                 r = bo._run_json(
-                    [*load, "--rate", str(args.rate), "--duration", str(args.duration)]
-                    + ["--warmup", str(args.warmup), "--peak-duration", "0"]
+                    [
+                        *load,
+                        "--rate",
+                        str(args.rate),
+                        "--duration",
+                        str(args.duration),
+                        *("--warmup", str(args.warmup)),
+                        *("--peak-duration", "0"),
+                    ]
                 )
                 n = max(1, r["requests_total"])
                 cpu = [(bo._cpu_seconds(p) - c) / n * 1e6 for p, c in zip(watched, c0, strict=True)]
@@ -154,8 +172,16 @@ def main() -> int:
                 if args.peak_duration > 0:
                     c0 = [bo._cpu_seconds(p) for p in watched]
                     peak = bo._run_json(
-                        [*load, "--rate", "1", "--duration", "0", "--warmup", "0"]
-                        + ["--peak-duration", str(args.peak_duration)]
+                        [
+                            *load,
+                            "--rate",
+                            "1",
+                            "--duration",
+                            "0",
+                            "--warmup",
+                            "0",
+                            *("--peak-duration", str(args.peak_duration)),
+                        ]
                     )
                     row["peak_rps"] = peak["peak_rps"]
                     n = max(1, peak["requests_total"])
@@ -207,11 +233,15 @@ def main() -> int:
                 p.kill()
 
 
-def _table(rows: list[dict[str, Any]], paths: list[str], args: argparse.Namespace, started: str, load: float) -> str:
+def _table(
+    rows: list[dict[str, Any]], paths: list[str], args: argparse.Namespace, started: str, load: float
+) -> str:
     def med(name: str, key: str) -> float:
         return _median([r[key] for r in rows if r["path"] == name and key in r])
 
-    layout = f"split layout, watch share {args.watch_share:g}" if args.watch_share > 0 else "default bootstrap"
+    layout = (
+        f"split layout, watch share {args.watch_share:g}" if args.watch_share > 0 else "default bootstrap"
+    )
     lines = [
         f"{os.cpu_count()} CPUs (shared), {started}, load average at start {load:.1f}; Envoy "
         f"--concurrency 1, {layout}; open loop {args.rate:g} req/s x {args.duration:g} s, peak: "

@@ -82,7 +82,9 @@ class GrpcStream:
         if not self.headers_sent:
             self.headers_sent = True
             try:
-                self.conn.h2.send_headers(self.sid, [(":status", "200"), ("content-type", "application/grpc")])
+                self.conn.h2.send_headers(
+                    self.sid, [(":status", "200"), ("content-type", "application/grpc")]
+                )
             except ProtocolError:  # reset or closed meanwhile (see flush)
                 self._gone()
                 return
@@ -108,7 +110,9 @@ class GrpcStream:
         h2c = self.conn.h2
         try:
             while self.pending:
-                n = min(len(self.pending), h2c.local_flow_control_window(self.sid), h2c.max_outbound_frame_size)
+                n = min(
+                    len(self.pending), h2c.local_flow_control_window(self.sid), h2c.max_outbound_frame_size
+                )
                 if n <= 0:
                     return
                 h2c.send_data(self.sid, bytes(self.pending[:n]))

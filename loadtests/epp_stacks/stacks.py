@@ -78,7 +78,8 @@ GRPC_OPTIONS: list[tuple[str, int]] = [
 
 def _answers(endpoint: str) -> dict[str, bytes]:
     return {
-        phase: m.routed(phase, endpoint, {}, None, null_epp._TAGS) for phase in (m.REQUEST_HEADERS, m.REQUEST_BODY)
+        phase: m.routed(phase, endpoint, {}, None, null_epp._TAGS)
+        for phase in (m.REQUEST_HEADERS, m.REQUEST_BODY)
     }
 
 
@@ -117,9 +118,8 @@ class Hop:
     def __init__(self) -> None:
         import uvloop
 
-        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-loop", daemon=True)
-        self.thread.start()
+        self.runner = LoopThread("gateway-loop", uvloop.new_event_loop)
+        self.loop = self.runner.loop
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """From a thread: run ``fn`` on the gateway's loop and wait for its result."""
@@ -139,8 +139,7 @@ class Hop:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_as_coro(fn), self.loop))
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        self.runner.stop()
 
 
 async def _as_coro(fn: Callable[[], Any]) -> Any:
@@ -182,6 +181,13 @@ def _aio_handler(answers: dict[str, bytes], hop: Hop | None) -> grpc.GenericRpcH
     return grpc.method_handlers_generic_handler(SERVICE, {"Process": method})
 
 
+def _pick_services(answers: dict[str, bytes]) -> Callable[[Any], Any]:
+    def services(stream: Any) -> Any:
+        return null_epp.NullPick(stream, answers) if stream.path == PROCESS_PATH else None
+
+    return services
+
+
 @dataclass
 class Running:
     """A null EPP serving on ``port`` until :meth:`stop`."""
@@ -191,10 +197,28 @@ class Running:
     stop: Callable[[], None]
 
 
-def _loop_thread(name: str, factory: Callable[[], asyncio.AbstractEventLoop]) -> asyncio.AbstractEventLoop:
-    loop = factory()
-    threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
-    return loop
+class LoopThread:
+    """An event loop running in a thread of its own until :meth:`stop`, then closed there."""
+
+    def __init__(self, name: str, factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        self.loop = factory()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+        tasks = asyncio.all_tasks(loop)
+        for t in tasks:
+            t.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
 
 def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
@@ -203,26 +227,21 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
 
     answers = _answers(endpoint)
     if stack in ("hand", "h2"):
-        loop = _loop_thread(f"epp-{stack}", uvloop.new_event_loop)
+        runner = LoopThread(f"epp-{stack}", uvloop.new_event_loop)
+        loop = runner.loop
+
+        conns: set[Any] = set()  # hand: its connections
+        listener = h2_server.Listener(_pick_services(answers), max_streams=MAX_STREAMS)
+
+        def hand_connection() -> Any:
+            conn = null_epp.H2Connection(
+                _pick_services(answers), max_streams=MAX_STREAMS, on_close=conns.discard
+            )
+            conns.add(conn)
+            return conn
 
         async def listen() -> asyncio.Server:
-            if stack == "hand":
-                conns: set[Any] = set()
-
-                def services(stream: Any) -> Any:
-                    return null_epp.NullPick(stream, answers) if stream.path == PROCESS_PATH else None
-
-                def factory() -> Any:
-                    conn = null_epp.H2Connection(services, max_streams=MAX_STREAMS, on_close=conns.discard)
-                    conns.add(conn)
-                    return conn
-
-            else:
-
-                def h2_services(stream: Any) -> Any:
-                    return null_epp.NullPick(stream, answers) if stream.path == PROCESS_PATH else None
-
-                factory = h2_server.Listener(h2_services, max_streams=MAX_STREAMS)
+            factory = hand_connection if stack == "hand" else listener
             return await asyncio.get_running_loop().create_server(factory, host, 0, backlog=4096)
 
         server = asyncio.run_coroutine_threadsafe(listen(), loop).result(10)
@@ -230,9 +249,13 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
         def stop_loop() -> None:
             async def close() -> None:
                 server.close()
+                for conn in list(conns):
+                    conn.close()
+                listener.close_all()
+                await asyncio.sleep(0)  # the transports' closing callbacks
 
             asyncio.run_coroutine_threadsafe(close(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
+            runner.stop()
 
         return Running(stack, server.sockets[0].getsockname()[1], stop_loop)
 
@@ -240,7 +263,10 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
     if stack.startswith("grpc-sync"):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS)
         sync_server = grpc.server(
-            pool, handlers=[_sync_handler(answers, hop)], options=GRPC_OPTIONS, maximum_concurrent_rpcs=MAX_RPCS
+            pool,
+            handlers=[_sync_handler(answers, hop)],
+            options=GRPC_OPTIONS,
+            maximum_concurrent_rpcs=MAX_RPCS,
         )
         port = sync_server.add_insecure_port(f"{host}:0")
         sync_server.start()
@@ -252,7 +278,8 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
 
         return Running(stack, port, stop_sync)
     if stack.startswith("grpc-aio"):
-        aio_loop = _loop_thread("epp-grpc-aio", asyncio.new_event_loop)
+        aio_runner = LoopThread("epp-grpc-aio", asyncio.new_event_loop)
+        aio_loop = aio_runner.loop
 
         async def aio_start() -> tuple[grpc.aio.Server, int]:
             srv = grpc.aio.server(handlers=[_aio_handler(answers, hop)], options=GRPC_OPTIONS)
@@ -264,7 +291,7 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
 
         def stop_aio() -> None:
             asyncio.run_coroutine_threadsafe(aio_server.stop(0), aio_loop).result(10)
-            aio_loop.call_soon_threadsafe(aio_loop.stop)
+            aio_runner.stop()
             if hop is not None:
                 hop.stop()
 

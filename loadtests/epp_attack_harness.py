@@ -224,12 +224,39 @@ def _rst_codes(res: dict[str, Any] | None) -> dict[str, int]:
     return out
 
 
+# Attacks whose connection must be ended (a frame budget or flow control crossed); the others
+# are answered at the stream level (RST_STREAM) and may keep their connection.
+CLOSING = {
+    "rapid_reset", "continuation", "ping_flood", "settings_flood", "streams_settings", "streams_window",
+    "partial_messages",
+}  # fmt: skip
+
+
+def missed(r: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """The issue's targets this row misses (against the no-attack row ``base``)."""
+    out = []
+    if r["chat_failed"]:
+        out.append("failed chat")
+    if base is not None and r is not base and r["chat_p99_ms"] > 1.2 * base["chat_p99_ms"]:
+        out.append("chat p99 > 1.2x")
+    if r["health_p99_ms"] > 100:
+        out.append("/health p99 > 100 ms")
+    if r["engines_down"]:
+        out.append("engine down")
+    if r["rss_peak_mb"] > r["rss_before_mb"] + 100:
+        out.append("RSS > +100 MB")
+    if r["attack"] in CLOSING and (r["first_close_s"] is None or r["first_close_s"] > 1.0):
+        out.append("not closed within 1 s")
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| attack | conns | chat fail/sent | chat p50 / p99 ms | /health p50 / p99 / max ms | engines down "
-        "| RSS before → peak MB | first close s (GOAWAY) | closes | RST_STREAM got | attacker frames/s |"
+        "| RSS before → peak MB | first close s (GOAWAY) | closes | RST_STREAM got | frames sent/s "
+        "| targets missed |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         close = "-" if r["first_close_s"] is None else f"{r['first_close_s']:.2f} ({r['goaway_codes']})"
         fps = r["attacker"].get("frames_per_s", 0)
@@ -238,7 +265,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['chat_p50_ms']:.0f} / {r['chat_p99_ms']:.0f} "
             f"| {r['health_p50_ms']:.0f} / {r['health_p99_ms']:.0f} / {r['health_max_ms']:.0f} "
             f"| {','.join(r['engines_down']) or '-'} | {r['rss_before_mb']:.0f} → {r['rss_peak_mb']:.0f} "
-            f"| {close} | {r['closes']} | {r['rst_received'] or '-'} | {fps:,.0f} |"
+            f"| {close} | {r['closes']} | {r['rst_received'] or '-'} | {fps:,.0f} "
+            f"| {', '.join(r.get('missed', [])) or '-'} |"
         )
     return "\n".join(lines)
 
@@ -253,6 +281,9 @@ async def harness(a: argparse.Namespace) -> dict[str, Any]:
         row = await one_run(name, a, tmp)
         rows.append(row)
         print(table([row]).splitlines()[-1], flush=True)
+    base = next((r for r in rows if r["attack"] == "none"), None)
+    for r in rows:
+        r["missed"] = missed(r, base)
     return {
         "command": " ".join(["python", "loadtests/epp_attack.py", "run", *sys.argv[2:]]),
         "host": {"cpus": os.cpu_count(), "note": a.note},

@@ -58,6 +58,10 @@ import yaml
 
 from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from epp_attack import ATTACKS as _EPP_ATTACKS
+
 from gateway.workload.sampler import iter_requests, to_openai_body
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
@@ -424,6 +428,44 @@ async def attacks(url: str, duration: float, t0: float, stop: asyncio.Event, st:
         await asyncio.gather(*held, return_exceptions=True)
 
 
+async def epp_attacks(
+    port: int, names: list[str], each_s: float, connections: int, stop: asyncio.Event
+) -> list[Any]:
+    """``--epp-attack``: the EPP attack suite (``epp_attack.py``, its own process) against the
+    gateway's EPP port, one attack after another for ``each_s`` seconds each, round after
+    round until the load ends. What each round's attacker saw is returned (the connections
+    the gateway closed, and when)."""
+    out: list[Any] = []
+    i = 0
+    while not stop.is_set():
+        name = names[i % len(names)]
+        i += 1
+        fd, path = tempfile.mkstemp(prefix="epp-attack-", suffix=".json")
+        os.close(fd)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).with_name("epp_attack.py")), "attack",
+            "--target", f"127.0.0.1:{port}", "--attack", name, "--duration", str(each_s),
+            "--connections", str(connections), "--out", path,
+        )  # fmt: skip
+        await proc.wait()
+        try:
+            with open(path, "rb") as fh:  # noqa: ASYNC230 - a small local file
+                r = json.loads(fh.read())
+            closes = [c["closed_at"] for c in r["conns"] if c["closed_at"] is not None]
+            out.append(
+                {
+                    "attack": name,
+                    "frames": r["frames"],
+                    "closes": len(closes),
+                    "first_close_s": min(closes, default=None),
+                }
+            )
+        except (OSError, ValueError, KeyError):
+            out.append({"attack": name, "error": "no result"})
+        os.unlink(path)
+    return out
+
+
 async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: float) -> None:
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
@@ -528,6 +570,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "scrape": {"interval_s": 1.0, "timeout_s": 0.5, "stale_after_s": 5.0},
         "models": [model],
     }
+    epp_port = None
+    if args.epp_attack:  # the EPP beside the HTTP port, on a port of its own
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            epp_port = sock.getsockname()[1]
+        cfg["epp"] = {"enabled": True, "host": "127.0.0.1", "port": epp_port}
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(cfg))
     log_path = tmp / "gateway.log"
     log_fh = open(log_path, "wb")  # noqa: SIM115, ASYNC230 - a local file, closed below
@@ -558,6 +606,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     sampling = asyncio.ensure_future(sampler(proc.pid, t0, samples, args.sample_every, stop))
     faulting = asyncio.ensure_future(run_faults(group, faults, t0, stop))
     attacking = asyncio.ensure_future(attacks(url, args.duration, t0, stop, st))
+    epp_attacking = None
+    if epp_port is not None:
+        names = args.epp_attack.split(",") if args.epp_attack != "all" else list(_EPP_ATTACKS)
+        epp_attacking = asyncio.ensure_future(
+            epp_attacks(epp_port, names, args.epp_attack_s, args.epp_attack_connections, stop)
+        )
     fd_idle1 = None
     try:
         await load(url, args.qps, args.duration, args.seed, st, t0)
@@ -574,6 +628,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stop.set()
         await asyncio.gather(sampling, faulting, attacking, return_exceptions=True)
+        epp_rounds = (await epp_attacking) if epp_attacking is not None else None
         async with aiohttp.ClientSession() as s, s.get(url + "/admin/state") as r:
             state = await r.json()
         proc.send_signal(signal.SIGTERM)
@@ -587,6 +642,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     }
     log_lines = log_path.read_text(errors="replace").splitlines()
     res = report(args, st, samples, faults, rc, inflight_end, engines_inflight, log_lines)
+    if epp_rounds is not None:
+        res["epp_attacks"] = epp_rounds
     res["fds_idle_before_load"] = fd_idle0
     res["fds_idle_after_load"] = fd_idle1
     res["fds_detail_before"], res["fds_detail_after"] = fd_before, fd_after
@@ -711,6 +768,15 @@ def main() -> int:
     p.add_argument("--fd-slack", type=int, default=2, help="fds allowed above the idle count before the load")
     p.add_argument("--out", default="soak.json", help="JSON report path")
     p.add_argument("--md", default=None, help="also write the markdown table here")
+    p.add_argument(
+        "--epp-attack",
+        default=None,
+        metavar="NAMES",
+        help="serve the EPP too and run these attacks of epp_attack.py on it (comma list, or all) "
+        "in turns beside the load and faults; the load's checks must pass all the same",
+    )
+    p.add_argument("--epp-attack-s", type=float, default=15.0, help="seconds per EPP attack (default 15)")
+    p.add_argument("--epp-attack-connections", type=int, default=1, help="attacking connections (default 1)")
     args = p.parse_args()
     try:
         import uvloop

@@ -8,7 +8,91 @@ HTTP port keeps serving ``/metrics``, ``/admin/*``, ``/health`` and ``/ready``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+
+class FrameBudget(BaseModel):
+    """A token bucket: ``rate`` frames a second on average, ``burst`` at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(gt=0.0, le=1e7, description="frames a second, sustained")
+    burst: float = Field(ge=1.0, le=1e7, description="frames at once (the bucket's size)")
+
+
+def _budget(rate: float, burst: float, what: str) -> Any:
+    return Field(
+        default_factory=lambda: FrameBudget(rate=rate, burst=burst),
+        description=f"per connection: {what}; crossing it ends the connection with GOAWAY ENHANCE_YOUR_CALM",
+    )
+
+
+class EppLimits(BaseModel):
+    """What one HTTP/2 peer may cost the EPP: frame-rate budgets and memory bounds (see
+    docs/epp-security.md). The defaults sit far above what Envoy's ext_proc client sends and
+    far below what a flood does."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    ping: FrameBudget = _budget(10, 100, "PING frames")
+    settings: FrameBudget = _budget(10, 100, "SETTINGS frames")
+    early_reset: FrameBudget = _budget(200, 1000, "RST_STREAMs on streams not answered yet (rapid reset)")
+    continuation: FrameBudget = _budget(100, 200, "CONTINUATION frames")
+    window_update: FrameBudget = _budget(5000, 10_000, "WINDOW_UPDATE frames")
+    empty: FrameBudget = _budget(100, 500, "empty DATA/HEADERS/CONTINUATION frames that end nothing")
+    streams: FrameBudget = _budget(20_000, 5000, "new streams")
+    other: FrameBudget = _budget(
+        100, 500, "PRIORITY, GOAWAY, unknown frames and RST_STREAM on closed streams"
+    )
+    stream_memory_bytes: int = Field(
+        10 << 20,
+        ge=1 << 16,
+        description="bytes one stream may hold (a message in parts, a body in pieces, answers waiting "
+        "for the peer's window); raised to the largest message (server.max_body_bytes + 1 MiB)",
+    )
+    connection_memory_bytes: int = Field(
+        32 << 20, ge=1 << 16, description="the same, summed over one connection's streams"
+    )
+    process_memory_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="the same, summed over every EPP connection: a stream that would take more is ended "
+        "(RESOURCE_EXHAUSTED); raise it for many concurrent multi-MB bodies",
+    )
+    connection_window_bytes: int = Field(
+        16 << 20,
+        ge=65_536,
+        le=(1 << 31) - 1,
+        description="the HTTP/2 receive window of a connection, granted again only for what was consumed "
+        "(at least the largest message)",
+    )
+    stream_window_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        le=(1 << 31) - 1,
+        description="the initial HTTP/2 receive window of a stream (grown to the message announced)",
+    )
+    write_buffer_bytes: int = Field(
+        1 << 20, ge=1 << 12, description="output queued for a peer above which its input is not read"
+    )
+    stall_timeout_s: float = Field(
+        10.0, gt=0.0, le=3600.0, description="abort a connection whose peer has not read its output this long"
+    )
+    slice_ms: float = Field(
+        1.0,
+        gt=0.0,
+        le=1000.0,
+        description="the longest one connection's frames hold the event loop at a time (the rest waits "
+        "for the loop's other work)",
+    )
+    accepts_per_s: float = Field(
+        200.0, gt=0.0, le=1e6, description="new EPP connections accepted a second (more wait in the backlog)"
+    )
+    max_connections: int = Field(
+        256, ge=1, le=65_536, description="EPP connections at once; more are closed as they come"
+    )
 
 
 class EppConfig(BaseModel):
@@ -27,7 +111,22 @@ class EppConfig(BaseModel):
         "no message after the request's (0: none watched, nothing learned)",
     )
     max_streams: int = Field(
-        4096, ge=1, le=1_000_000, description="concurrent ext_proc streams per connection (HTTP/2 setting)"
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="concurrent ext_proc streams per connection (HTTP/2 setting; Envoy opens another "
+        "connection past it)",
+    )
+    limits: EppLimits = Field(default_factory=EppLimits, description="budgets and memory bounds per peer")
+    auth_token: SecretStr | None = Field(
+        None,
+        description="shared secret: every gRPC stream must carry 'authorization: Bearer <token>' (the "
+        "bootstrap of `specgate envoy-config` sets it as the ext_proc service's initial metadata); "
+        "others get UNAUTHENTICATED",
+    )
+    tls_client_ca: str | None = Field(
+        None,
+        description="PEM CA bundle: require TLS client certificates signed by it (mTLS; needs tls_cert)",
     )
     idle_timeout_s: float = Field(
         300.0, gt=0.0, le=86_400.0, description="close an Envoy connection with no stream open this long"
@@ -47,4 +146,13 @@ class EppConfig(BaseModel):
     def _tls_pair(self) -> EppConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("epp.tls_cert and epp.tls_key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("epp.tls_client_ca needs epp.tls_cert and epp.tls_key (mTLS is TLS)")
+        if self.auth_token is not None and len(self.auth_token.get_secret_value()) < 16:
+            raise ValueError("epp.auth_token: at least 16 characters")
         return self
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether the EPP knows who its peer is (a shared secret, or client certificates)."""
+        return self.auth_token is not None or self.tls_client_ca is not None

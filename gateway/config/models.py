@@ -413,6 +413,17 @@ class GatewayConfig(_Strict):
                     seen_engines.add(e.name)
         return self
 
+    @model_validator(mode="after")
+    def _epp_guards_engine_keys(self) -> GatewayConfig:
+        # An EPP answer carries the engine's Authorization header: only to a peer the EPP knows.
+        keyed = [e.name for m in self.models for p in m.pairs for e in p.engines if e.api_key is not None]
+        if self.epp.enabled and keyed and not self.epp.authenticates:
+            raise ValueError(
+                f"epp: engines {', '.join(keyed)} have api_key, and the EPP's answers carry it: set "
+                "epp.auth_token (or epp.tls_client_ca) so that only Envoy can read them"
+            )
+        return self
+
     def model(self, name: str) -> ModelConfig | None:
         for m in self.models:
             if m.name == name:

@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.models import EngineConfig, GatewayConfig
 from gateway.envoy.accesslog import grpc_access_log
+from gateway.envoy.eppauth import add_token, tls_socket
 from gateway.envoy.filters import (
     EPP_CLUSTER,
     LB_NAMESPACE,
@@ -305,6 +306,7 @@ def envoy_config(
     message_timeout_s: float = 10.0,
     watch_share: float | None = None,
     access_log: bool = False,
+    epp_tls: tuple[str, str, str] | None = None,
 ) -> dict[str, Any]:
     """An Envoy bootstrap (dump it with ``yaml.safe_dump``) that fronts the engines of ``cfg``
     with specgate at ``epp_host:epp_port`` as Endpoint Picker. ``fail_open``: without an
@@ -312,7 +314,9 @@ def envoy_config(
     failing with 500. ``watch_share``: the split layout (:mod:`.filters`), this share of
     the requests on the watched path and the rest on one round trip. ``access_log``: Envoy
     streams every request's access log entry to specgate, which then knows how each one
-    ended (:mod:`gateway.api.epp.endings`). Raises ValueError
+    ended (:mod:`gateway.api.epp.endings`). ``cfg.epp.auth_token``: every stream to the EPP
+    carries it; ``epp_tls`` (Envoy's client certificate, its key, the CA of specgate's):
+    Envoy reaches the EPP over mTLS (:mod:`.eppauth`). Raises ValueError
     for what the config cannot express (an https engine, an engine url with a path, two
     engines on one address, a share outside [0, 1])."""
     _check_port("listen_port", listen_port, allow_zero=True)
@@ -420,4 +424,10 @@ def envoy_config(
     }
     if admin_port is not None:
         bootstrap["admin"] = _socket_address("127.0.0.1", admin_port)
+    if cfg.epp.auth_token is not None:
+        add_token(bootstrap, cfg.epp.auth_token.get_secret_value())
+    if epp_tls is not None:
+        cert, key, ca = epp_tls
+        epp = bootstrap["static_resources"]["clusters"][1]
+        epp["transport_socket"] = tls_socket(cert=cert, key=key, ca=ca, sni=epp_host)
     return bootstrap

@@ -41,6 +41,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "request on the watched path",
     )
     parser.add_argument(
+        "--epp-tls",
+        nargs=3,
+        metavar=("CERT", "KEY", "CA"),
+        help="reach the EPP over mTLS: Envoy's client certificate and key (PEM files), and the CA "
+        "that signed specgate's epp.tls_cert (specgate's epp.tls_client_ca must have signed CERT). "
+        "The shared secret epp.auth_token, where the config sets it, is written into the bootstrap "
+        "(keep the file private)",
+    )
+    parser.add_argument(
         "--access-log",
         action="store_true",
         help="stream every request's access log entry to specgate (Envoy's gRPC access log, "
@@ -80,6 +89,11 @@ def document(cfg: GatewayConfig, *, source: str, **options: Any) -> str:
             if options.get("access_log")
             else ""
         )
+        + (
+            "# It proves itself to the EPP with epp.auth_token: keep this file private.\n"
+            if cfg.epp.auth_token is not None
+            else ""
+        )
         + "# See deploy/envoy/README.md.\n"
     )
     return header + yaml.safe_dump(bootstrap, sort_keys=False)
@@ -102,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
             admin_port=args.admin_port,
             watch_share=args.watch_share,
             access_log=args.access_log,
+            epp_tls=tuple(args.epp_tls) if args.epp_tls else None,
         )
     except (ConfigError, ValueError) as exc:
         print(f"specgate envoy-config: {exc}", file=sys.stderr)

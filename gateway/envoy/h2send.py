@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+from gateway.envoy.h2guard import UNBOUNDED, Limits, MemoryPool
 from gateway.envoy.h2stream import Stream
 from gateway.envoy.h2wire import (
     _U32,
@@ -32,15 +33,32 @@ from gateway.envoy.h2wire import (
 class H2Sender:
     """Output and flow control of one HTTP/2 connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits, pool: MemoryPool = UNBOUNDED) -> None:
         self.transport: asyncio.Transport | None = None
+        self.limits = limits
+        self.pool = pool  # the process's bound on what all connections hold
+        self.mem = 0  # bytes this connection's streams hold (see Stream.charge)
         self.streams: dict[int, Stream] = {}
+        self._blocked: dict[int, Stream] = {}  # streams whose answers wait for window
         self.peer_initial_window = 65_535
         self.peer_max_frame = DEFAULT_FRAME_SIZE
         self.send_window = 65_535  # the connection's, granted by the peer
         self._out: list[bytes] = []
         self._batching = False  # inside data_received: writes wait for one flush
         self.closed = False
+
+    def blocked(self, stream: Stream) -> None:
+        self._blocked[stream.id] = stream
+
+    def unblocked(self, stream: Stream) -> None:
+        if not stream._pending:
+            self._blocked.pop(stream.id, None)
+
+    def forget(self, stream: Stream) -> None:
+        """``stream`` is over: no longer served, what it held freed."""
+        if self.streams.get(stream.id) is stream:
+            del self.streams[stream.id]
+        stream.release()
 
     def write(self, data: bytes) -> None:
         if self.closed or self.transport is None:
@@ -94,6 +112,8 @@ class H2Sender:
                 self.peer_initial_window = value
                 for s in self.streams.values():
                     s.send_window += delta
+                    if s.send_window > MAX_WINDOW:
+                        raise ConnectionError_(FLOW_CONTROL_ERROR, "a stream's window overflows")
             elif key == MAX_FRAME_SIZE:
                 if not DEFAULT_FRAME_SIZE <= value <= (1 << 24) - 1:
                     raise ConnectionError_(PROTOCOL_ERROR, "invalid max frame size")
@@ -116,9 +136,15 @@ class H2Sender:
         s = self.streams.get(sid)
         if s is not None:
             s.send_window += inc
-            s.flush_pending()
+            if s.send_window > MAX_WINDOW:  # RFC 9113 §6.9.1: a stream error
+                s.reset(FLOW_CONTROL_ERROR)
+                return
+            if s._pending:
+                s.flush_pending()
 
     def _unblock(self) -> None:
-        for s in list(self.streams.values()):
-            if s._pending:
+        """The connection's window grew: what waits goes, stream by stream (only those that
+        wait are visited)."""
+        for s in list(self._blocked.values()):
+            if s._pending and self.send_window > 0:
                 s.flush_pending()

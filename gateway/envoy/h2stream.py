@@ -3,6 +3,12 @@
 A :class:`Stream` splits the DATA it receives into length-prefixed gRPC messages for its
 :class:`StreamHandler`, and writes the handler's answers (``send``, then ``finish`` with
 the trailers), waiting in order for the peer's flow-control window when it is spent.
+
+Every byte a stream keeps for its peer (a message not yet whole, what its handler holds
+through :meth:`Stream.hold`, answers waiting for window) is charged to the stream, its
+connection and the process (:mod:`gateway.envoy.h2guard`); a stream that would exceed a
+bound is reset (RST_STREAM ENHANCE_YOUR_CALM, or RESOURCE_EXHAUSTED while it may still
+answer) and its bytes freed.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from gateway.envoy.h2wire import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    ENHANCE_YOUR_CALM,
     GRPC_INTERNAL,
     GRPC_OK,
     GRPC_RESOURCE_EXHAUSTED,
     GRPC_UNIMPLEMENTED,
     HEADERS,
+    RST_STREAM,
     _frame,
 )
 from gateway.envoy.hpack_cache import literal
@@ -75,6 +83,7 @@ def _lookup(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
 class Stream:
     __slots__ = (
         "_buf",
+        "_buf_mem",
         "_headers_sent",
         "_pending",
         "conn",
@@ -83,8 +92,10 @@ class Stream:
         "headers",
         "id",
         "last_activity",
+        "mem",
         "path",
         "recv_unacked",
+        "recv_window",
         "remote_closed",
         "send_window",
     )
@@ -102,10 +113,59 @@ class Stream:
         self.finished = False
         self.remote_closed = False
         self.recv_unacked = 0
+        self.recv_window = conn.limits.stream_window  # what the peer may still send us
+        self.mem = 0  # bytes charged (partial message, held by the handler, queued output)
+        self._buf_mem = 0  # of which the partial message
         self.last_activity = time.monotonic()
 
     def header(self, name: str) -> str | None:
         return _lookup(self.headers, name)
+
+    # -- memory ------------------------------------------------------------------------
+    def charge(self, n: int) -> bool:
+        """Take ``n`` bytes from the stream's, the connection's and the process's bounds."""
+        conn, lim = self.conn, self.conn.limits
+        if self.mem + n > lim.stream_memory or conn.mem + n > lim.connection_memory:
+            return False
+        if not conn.pool.take(n):
+            return False
+        self.mem += n
+        conn.mem += n
+        return True
+
+    def uncharge(self, n: int) -> None:
+        n = min(n, self.mem)
+        self.mem -= n
+        self.conn.mem -= n
+        self.conn.pool.give(n)
+
+    def hold(self, n: int) -> bool:
+        """The handler keeps ``n`` more bytes for this stream (a body in pieces); False: over
+        a bound, the stream is ended (RESOURCE_EXHAUSTED) and the handler told."""
+        if self.charge(n):
+            return True
+        self.abort(GRPC_RESOURCE_EXHAUSTED, "over the EPP's memory bound")
+        return False
+
+    def release(self) -> None:
+        """Free everything the stream holds (it is gone: finished, reset or disconnected)."""
+        self._buf = bytearray()
+        self._buf_mem = 0
+        if self._pending:
+            self._pending.clear()
+            self.conn.unblocked(self)
+        self.uncharge(self.mem)
+
+    def reset(self, code: int = ENHANCE_YOUR_CALM) -> None:
+        """End the stream at once with RST_STREAM ``code``: what it holds and what waits to
+        be sent is dropped; the handler, if any, is told."""
+        handler, self.handler = self.handler, None
+        was_finished, self.finished = self.finished, True
+        self.conn.write(_frame(RST_STREAM, 0, self.id, _U32.pack(code)))
+        self.release()
+        self.conn.forget(self)
+        if handler is not None and not was_finished:
+            handler.on_reset()
 
     # -- sending -----------------------------------------------------------------------
     def send(self, message: bytes) -> None:
@@ -140,6 +200,7 @@ class Stream:
         if not self._headers_sent:
             self._headers_sent = True
             block = _RESPONSE_HEADERS + block
+        self._buf = bytearray()  # a partial message will never be read now
         if self._pending:  # trailers go after the queued data
             self._pending.append((block, -1))
         else:
@@ -150,8 +211,12 @@ class Stream:
         if not self._pending and self.conn.try_reserve(self, len(payload)):
             self.conn.write_data(self.id, payload, flags)  # the common case: the window has room
             return
+        if not self.charge(len(payload)):  # the peer does not read what it asked for
+            self.reset()
+            return
         self._pending.append((payload, flags))
         if len(self._pending) == 1:
+            self.conn.blocked(self)
             self.flush_pending()  # what the window has room for goes now
 
     def flush_pending(self) -> None:
@@ -162,6 +227,7 @@ class Stream:
             payload, flags = self._pending[0]
             if flags == -1:  # trailers
                 self._pending.pop(0)
+                self.conn.unblocked(self)
                 self.conn.write(_frame(HEADERS, END_HEADERS | END_STREAM, self.id, payload))
                 self.conn.stream_done(self)
                 return
@@ -169,15 +235,19 @@ class Stream:
             if n < len(payload):
                 if n > 0:
                     self._pending[0] = (payload[n:], flags)
+                    self.uncharge(n)
                     self.conn.write_data(self.id, payload[:n], 0)
                 return
             self._pending.pop(0)
+            self.uncharge(len(payload))
             self.conn.write_data(self.id, payload, flags)
+        self.conn.unblocked(self)
 
     # -- receiving ---------------------------------------------------------------------
     def feed(self, data: bytes, max_message: int) -> None:
         self.last_activity = time.monotonic()
         if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
+            self._account()
             return
         buf = self._buf
         if buf:  # a message came in parts: kept until it is whole
@@ -187,6 +257,7 @@ class Stream:
                 or not self._sound(buf, 0, max_message)
                 or len(buf) < 5 + _U32.unpack_from(buf, 1)[0]
             ):
+                self._account()
                 return
             data = bytes(buf)
             buf.clear()
@@ -194,6 +265,7 @@ class Stream:
         pos, n = 0, len(data)
         while n - pos >= 5 and not self.finished:
             if not self._sound(data, pos, max_message):
+                self._account()
                 return
             end = pos + 5 + _U32.unpack_from(data, pos + 1)[0]
             if end > n:
@@ -208,6 +280,26 @@ class Stream:
                     self.abort(GRPC_INTERNAL, "internal error")
         if pos < n and not self.finished:
             buf += memoryview(data)[pos:]
+        self._account()
+
+    def _account(self) -> None:
+        """Charge (or free) the growth of the partial message; over a bound, the stream ends."""
+        grown = len(self._buf) - self._buf_mem
+        if grown > 0 and not self.charge(grown):
+            self.abort(GRPC_RESOURCE_EXHAUSTED, "over the EPP's memory bound")
+            self._buf = bytearray()
+            grown = -self._buf_mem
+        elif grown < 0:
+            self.uncharge(-grown)
+        self._buf_mem += grown
+
+    def awaited(self) -> int:
+        """Bytes still to come of the message in progress (0: none in progress)."""
+        buf = self._buf
+        if len(buf) < 5 or self.finished:
+            return 0
+        (length,) = _U32.unpack_from(buf, 1)
+        return max(0, 5 + int(length) - len(buf))
 
     def _sound(self, buf: bytes | bytearray, pos: int, max_message: int) -> bool:
         """Whether the message whose 5-byte gRPC prefix is at ``pos`` can be taken (else the

@@ -24,8 +24,9 @@ import hpack
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.envoy import h2, health
+from gateway.envoy import health
 from gateway.envoy.h2 import H2Connection
+from gateway.envoy.h2guard import Limits
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.h2wire import (
     ACK,
@@ -511,6 +512,7 @@ class FakeTransport:
     def __init__(self) -> None:
         self.data = bytearray()
         self.closed = False
+        self.paused = False
 
     def write(self, data: bytes) -> None:
         assert not self.closed, "a write after close"
@@ -518,6 +520,15 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
 
     def is_closing(self) -> bool:
         return self.closed
@@ -823,18 +834,22 @@ async def test_raw_client_trailers_end_the_stream() -> None:
     assert peer.conn.streams == {}
 
 
-async def test_raw_receive_window_is_topped_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    peer = Peer()
+async def test_raw_receive_window_is_granted_again_as_messages_are_consumed() -> None:
+    """The windows are refilled for whole messages handed on (a quarter of the window at a
+    time: the stream's here, the connection's being larger), never for a message in parts."""
+    peer = Peer(max_message=400, limits=Limits(connection_window=66_535, stream_window=1000))
     peer.start()
-    monkeypatch.setattr(h2, "RECV_WINDOW", 1000)  # tops up past 500 bytes instead of 512 MiB
-    peer.send(peer.open(1), frame(DATA, 0, 1, grpc_message(b"x" * 300)))
-    assert peer.frames() == []
-    peer.send(frame(DATA, 0, 1, grpc_message(b"y" * 300)))
-    assert peer.frames() == [
-        Frame(WINDOW_UPDATE, 0, 0, u32(610)),
-        Frame(WINDOW_UPDATE, 0, 1, u32(610)),
-    ]
-    assert peer.svc.recorders[1].messages == [b"x" * 300, b"y" * 300]
+    peer.send(peer.open(1), frame(DATA, 0, 1, grpc_message(b"x" * 200)))
+    assert peer.frames() == []  # 205 bytes consumed: under a quarter of the window
+    peer.send(frame(DATA, 0, 1, grpc_message(b"y" * 100)))
+    assert peer.frames() == [Frame(WINDOW_UPDATE, 0, 1, u32(310))]
+    peer.send(frame(DATA, 0, 1, grpc_message(b"z" * 300)[:300]))  # all but the last 5 bytes
+    assert peer.frames() == []  # kept, not consumed: no window for it
+    assert peer.conn.mem == 300
+    peer.send(frame(DATA, 0, 1, grpc_message(b"z" * 300)[300:]))
+    assert peer.frames() == [Frame(WINDOW_UPDATE, 0, 1, u32(305))]
+    assert peer.conn.mem == 0
+    assert peer.svc.recorders[1].messages == [b"x" * 200, b"y" * 100, b"z" * 300]
 
 
 async def test_raw_streams_over_max_streams_are_refused() -> None:

@@ -190,6 +190,8 @@ class ExtProcStream(Finish):
             self.stream.abort(9, "request body out of order")
             return
         if self._body or not inc.end_of_stream:
+            if not self.stream.hold(len(inc.body)):  # over the EPP's memory bounds: the stream ended
+                return
             self._body += inc.body
             size = len(self._body)
         else:  # the whole body in one message (BUFFERED): taken as it is
@@ -207,6 +209,7 @@ class ExtProcStream(Finish):
         if self._body:
             raw = bytes(self._body)
             self._body = bytearray()
+            self.stream.uncharge(len(raw))
         else:
             raw = inc.body
         coding = self.req.headers.get("content-encoding")

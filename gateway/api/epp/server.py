@@ -10,12 +10,20 @@ channel as the proxy, so a request decided here is counted and learned from as o
 proxy relayed. It starts after the gateway's own start-up and stops before its cleanup;
 on SIGTERM the gateway drains (readiness NOT_SERVING, new requests 503) as it does for
 the proxy.
+
+The listener is guarded (docs/epp-security.md): each connection's frames are budgeted and
+its memory bounded (:mod:`gateway.envoy.h2guard`), all connections together share one
+memory bound, connections past ``epp.limits.max_connections`` are closed as they come, and
+with ``epp.auth_token`` every stream must carry the shared secret (UNAUTHENTICATED
+otherwise); with ``epp.tls_client_ca`` the TLS handshake itself requires Envoy's client
+certificate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import ssl
 import time
@@ -25,10 +33,13 @@ from aiohttp import web
 from gateway.api.epp.endings import AccessLogStream, Endings
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
+from gateway.api.epp.listener import Listener
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
+from gateway.config.epp import EppConfig
 from gateway.envoy.accesslog import PATH as ACCESS_LOG_PATH
 from gateway.envoy.h2 import H2Connection
+from gateway.envoy.h2guard import Limits, MemoryPool
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.health import PATH as HEALTH_PATH
 from gateway.envoy.health import HealthCheck
@@ -37,6 +48,28 @@ log = logging.getLogger(__name__)
 
 PROCESS_PATH = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 _SWEEP_S = 1.0
+GRPC_UNAUTHENTICATED = 16
+
+
+def h2_limits(cfg: EppConfig) -> Limits:
+    """The HTTP/2 layer's budgets and bounds from the ``epp.limits`` config."""
+    lim = cfg.limits
+    return Limits(
+        ping=(lim.ping.rate, lim.ping.burst),
+        settings=(lim.settings.rate, lim.settings.burst),
+        early_reset=(lim.early_reset.rate, lim.early_reset.burst),
+        continuation=(lim.continuation.rate, lim.continuation.burst),
+        window_update=(lim.window_update.rate, lim.window_update.burst),
+        empty=(lim.empty.rate, lim.empty.burst),
+        streams=(lim.streams.rate, lim.streams.burst),
+        other=(lim.other.rate, lim.other.burst),
+        stream_memory=lim.stream_memory_bytes,
+        connection_memory=lim.connection_memory_bytes,
+        connection_window=lim.connection_window_bytes,
+        stream_window=lim.stream_window_bytes,
+        write_buffer=lim.write_buffer_bytes,
+        slice_s=lim.slice_ms / 1000.0,
+    )
 
 
 class EppServer:
@@ -45,7 +78,16 @@ class EppServer:
         self.config = state.config.epp
         self.book = EndpointBook(state.engines)
         self.connections: set[H2Connection] = set()
-        self._server: asyncio.Server | None = None
+        self.limits = h2_limits(self.config)
+        self.pool = MemoryPool(self.config.limits.process_memory_bytes)
+        token = self.config.auth_token
+        self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
+        self.listener = Listener(
+            self._connection,
+            max_connections=self.config.limits.max_connections,
+            accepts_per_s=self.config.limits.accepts_per_s,
+        )
+        self.unauthenticated = 0  # streams refused for want of the shared secret
         self._tasks: list[asyncio.Task[None]] = []
         self._budgets: dict[str, SampleBudget] = {}
         # Answers watched (their response headers asked for): as many a second as the models'
@@ -56,6 +98,17 @@ class EppServer:
 
     # -- services ---------------------------------------------------------------------
     def open_stream(self, stream: Stream) -> StreamHandler | None:
+        if self._token is not None:
+            given = (stream.header("authorization") or "").encode()
+            if not hmac.compare_digest(given, self._token):
+                self.unauthenticated += 1
+                log.warning(
+                    "EPP: a stream from %s without the shared secret (epp.auth_token)",
+                    stream.conn.peer_host or "?",
+                    extra={"throttle_key": "epp_unauthenticated"},
+                )
+                stream.finish(GRPC_UNAUTHENTICATED, "unauthenticated")
+                return None
         if stream.path == PROCESS_PATH:
             return ExtProcStream(self, stream)
         if stream.path == HEALTH_PATH:
@@ -83,6 +136,10 @@ class EppServer:
         return {
             "port": self.port,
             "connections": len(self.connections),
+            "connections_refused": self.listener.refused,
+            "streams_unauthenticated": self.unauthenticated,
+            "memory_bytes": self.pool.used,
+            "memory_peak_bytes": self.pool.peak,
             "access_log": {"streams": e.streams, "expected": len(e), "stream_ended": e.waiting},
         }
 
@@ -102,15 +159,24 @@ class EppServer:
         return b.take()
 
     # -- life -------------------------------------------------------------------------
-    def _connection(self) -> H2Connection:
+    def _connection(self) -> asyncio.Protocol:
         conn = H2Connection(
             self.open_stream,
             max_streams=self.config.max_streams,
             max_message=self.state.config.server.max_body_bytes + (1 << 20),
-            on_close=self.connections.discard,
+            limits=self.limits,
+            pool=self.pool,
+            on_close=self._closed,
         )
         self.connections.add(conn)
+        self.listener.open = len(self.connections)
         return conn
+
+    def _closed(self, conn: H2Connection) -> None:
+        self.connections.discard(conn)
+        self.listener.open = len(self.connections)
+        if conn.error_code:  # a budget crossed, or a protocol error Envoy would never make
+            self.listener.strike(conn.peer_host, time.monotonic())
 
     async def start(self) -> int:
         cfg = self.config
@@ -119,13 +185,13 @@ class EppServer:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(cfg.tls_cert, cfg.tls_key)
             tls.set_alpn_protocols(["h2"])
+            if cfg.tls_client_ca:  # mTLS: no handshake without a certificate the CA signed
+                tls.verify_mode = ssl.CERT_REQUIRED
+                tls.load_verify_locations(cfg.tls_client_ca)
         loop = asyncio.get_running_loop()
         await self.book.resolve()
-        self._server = await loop.create_server(
-            self._connection, cfg.host, cfg.port, ssl=tls, backlog=4096, reuse_address=True
-        )
-        sock = self._server.sockets[0]
-        self.port = int(sock.getsockname()[1])
+        self.listener.tls = tls
+        self.port = await self.listener.start(cfg.host, cfg.port)
         self._tasks.append(loop.create_task(self._sweep()))
         if self.book.unresolved or any(e.config.endpoint is None for e in self.state.engines):
             self._tasks.append(loop.create_task(self.book.keep_resolving()))
@@ -143,13 +209,14 @@ class EppServer:
             await asyncio.sleep(_SWEEP_S)
             now = time.monotonic()
             for conn in list(self.connections):
-                conn.expire(now, cfg.message_timeout_s)
+                conn.expire(now, cfg.message_timeout_s, cfg.limits.stall_timeout_s)
                 for stream in list(conn.streams.values()):
                     if isinstance(stream.handler, ExtProcStream):
                         stream.handler.overdue(now)
                 if not conn.streams and now - conn.last_activity > cfg.idle_timeout_s:
                     conn.shutdown()
             self.endings.expire(now)
+            self.listener.forgive(now)
 
     async def stop(self, grace_s: float = 1.0) -> None:
         for t in self._tasks:
@@ -158,8 +225,7 @@ class EppServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks.clear()
-        if self._server is not None:
-            self._server.close()
+        await self.listener.stop()
         for conn in list(self.connections):
             conn.shutdown()
         waiting = [c.done for c in self.connections if c.done is not None]
@@ -167,9 +233,6 @@ class EppServer:
             await asyncio.wait(waiting, timeout=grace_s)
         for conn in list(self.connections):
             conn.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
 
 
 EPP: web.AppKey[EppServer] = web.AppKey("specgate_epp", EppServer)

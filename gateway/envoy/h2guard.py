@@ -1,0 +1,120 @@
+"""What one HTTP/2 peer may cost the EPP: frame-rate budgets and memory bounds.
+
+Kept apart from the framing (:mod:`gateway.envoy.h2`) so that the same policy could sit over
+another HTTP/2 stack: the framing reports each frame of a budgeted kind (:meth:`Budgets.charge`)
+and each byte it holds for a peer (:class:`MemoryPool`), and ends the connection with GOAWAY
+ENHANCE_YOUR_CALM when a budget is crossed (:class:`Calm`).
+
+Budgets are token buckets per connection: ``rate`` frames a second, ``burst`` at once.
+Envoy's ext_proc client sends a handful of control frames a minute; a budget is crossed
+only by a peer that floods (rapid reset, PING/SETTINGS floods, CONTINUATION trains,
+WINDOW_UPDATE storms, empty frames), and the connection ends on the frame that crosses it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+# budget classes
+PING_B, SETTINGS_B, RESET_B, CONTINUATION_B, WINDOW_B, EMPTY_B, STREAMS_B, OTHER_B = range(8)
+NAMES = (
+    "PING",
+    "SETTINGS",
+    "early RST_STREAM",
+    "CONTINUATION",
+    "WINDOW_UPDATE",
+    "empty",
+    "new stream",
+    "ignored",
+)
+
+
+class Calm(Exception):
+    """A peer crossed a budget: end its connection with GOAWAY ENHANCE_YOUR_CALM."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-connection frame budgets (``(rate per second, burst)``) and memory bounds (bytes)."""
+
+    ping: tuple[float, float] = (10.0, 100.0)
+    settings: tuple[float, float] = (10.0, 100.0)
+    early_reset: tuple[float, float] = (200.0, 1000.0)
+    continuation: tuple[float, float] = (100.0, 200.0)
+    window_update: tuple[float, float] = (5000.0, 10_000.0)
+    empty: tuple[float, float] = (100.0, 500.0)
+    streams: tuple[float, float] = (20_000.0, 5000.0)
+    other: tuple[float, float] = (100.0, 500.0)
+    stream_memory: int = 10 << 20  # a stream's partial message, held body, queued output
+    connection_memory: int = 32 << 20  # the same, summed over a connection's streams
+    connection_window: int = 16 << 20  # the receive window granted to the connection
+    stream_window: int = 1 << 20  # the initial receive window of each stream
+    write_buffer: int = 1 << 20  # queued in the socket's buffer: reading pauses above
+    slice_s: float = 0.001  # how long one connection's frames may hold the event loop at a time
+
+    def rates(self) -> tuple[tuple[float, float], ...]:
+        return (
+            self.ping,
+            self.settings,
+            self.early_reset,
+            self.continuation,
+            self.window_update,
+            self.empty,
+            self.streams,
+            self.other,
+        )
+
+
+class Budgets:
+    """The token buckets of one connection."""
+
+    __slots__ = ("_burst", "_last", "_rate", "_tokens", "crossed")
+
+    def __init__(self, limits: Limits) -> None:
+        rates = limits.rates()
+        self._rate = [r for r, _ in rates]
+        self._burst = [b for _, b in rates]
+        self._tokens = list(self._burst)
+        now = time.monotonic()
+        self._last = [now] * len(rates)
+        self.crossed: str | None = None  # the budget that ended the connection
+
+    def charge(self, kind: int, now: float) -> None:
+        """One frame of ``kind`` at ``now``; raises :class:`Calm` past the budget."""
+        tokens = self._tokens[kind] + (now - self._last[kind]) * self._rate[kind]
+        burst = self._burst[kind]
+        self._last[kind] = now
+        if tokens > burst:
+            tokens = burst
+        tokens -= 1.0
+        self._tokens[kind] = tokens
+        if tokens < 0.0:
+            self.crossed = NAMES[kind]
+            raise Calm(f"{NAMES[kind]} frames over {self._rate[kind]:g}/s (burst {burst:g})")
+
+
+class MemoryPool:
+    """Bytes the EPP holds for all its peers (partial messages, held bodies, queued output),
+    bounded process-wide: a stream that would take it past ``limit`` is ended instead."""
+
+    __slots__ = ("limit", "peak", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+        return True
+
+    def give(self, n: int) -> None:
+        self.used = max(0, self.used - n)
+
+
+UNBOUNDED = MemoryPool(1 << 62)

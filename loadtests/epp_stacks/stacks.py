@@ -188,6 +188,62 @@ def _pick_services(answers: dict[str, bytes]) -> Callable[[Any], Any]:
     return services
 
 
+def _start_hand(answers: dict[str, bytes], host: str) -> Running:
+    """The hand-written server composed as ``EppServer`` composes it: the budgets and memory
+    bounds of the ``epp.limits`` defaults, one process-wide memory pool, and the gateway's
+    accept loop (connection cap, accept rate, a cool-down for a peer whose connection
+    crossed a budget)."""
+    import time
+
+    import uvloop
+
+    from gateway.api.epp.listener import Listener
+    from gateway.api.epp.server import h2_limits
+    from gateway.config.epp import EppConfig
+    from gateway.envoy.h2guard import MemoryPool
+
+    cfg = EppConfig()
+    limits, pool = h2_limits(cfg), MemoryPool(cfg.limits.process_memory_bytes)
+    conns: set[Any] = set()
+    runner = LoopThread("epp-hand", uvloop.new_event_loop)
+
+    def closed(conn: Any) -> None:
+        conns.discard(conn)
+        listener.open = len(conns)
+        if conn.error_code:
+            listener.strike(conn.peer_host, time.monotonic())
+
+    def connection() -> Any:
+        conn = null_epp.H2Connection(
+            _pick_services(answers),
+            max_streams=MAX_STREAMS,
+            max_message=MAX_MESSAGE,
+            limits=limits,
+            pool=pool,
+            on_close=closed,
+        )
+        conns.add(conn)
+        listener.open = len(conns)
+        return conn
+
+    listener = Listener(
+        connection, max_connections=cfg.limits.max_connections, accepts_per_s=cfg.limits.accepts_per_s
+    )
+    port = asyncio.run_coroutine_threadsafe(listener.start(host, 0), runner.loop).result(10)
+
+    def stop() -> None:
+        async def close() -> None:
+            await listener.stop()
+            for conn in list(conns):
+                conn.close()
+            await asyncio.sleep(0)
+
+        asyncio.run_coroutine_threadsafe(close(), runner.loop).result(10)
+        runner.stop()
+
+    return Running("hand", port, stop)
+
+
 @dataclass
 class Running:
     """A null EPP serving on ``port`` until :meth:`stop`."""
@@ -226,38 +282,28 @@ def start(stack: str, endpoint: str, host: str = "127.0.0.1") -> Running:
     import uvloop
 
     answers = _answers(endpoint)
-    if stack in ("hand", "h2"):
-        runner = LoopThread(f"epp-{stack}", uvloop.new_event_loop)
+    if stack == "hand":
+        return _start_hand(answers, host)
+    if stack == "h2":
+        runner = LoopThread("epp-h2", uvloop.new_event_loop)
         loop = runner.loop
-
-        conns: set[Any] = set()  # hand: its connections
         listener = h2_server.Listener(_pick_services(answers), max_streams=MAX_STREAMS)
 
-        def hand_connection() -> Any:
-            conn = null_epp.H2Connection(
-                _pick_services(answers), max_streams=MAX_STREAMS, on_close=conns.discard
-            )
-            conns.add(conn)
-            return conn
-
         async def listen() -> asyncio.Server:
-            factory = hand_connection if stack == "hand" else listener
-            return await asyncio.get_running_loop().create_server(factory, host, 0, backlog=4096)
+            return await asyncio.get_running_loop().create_server(listener, host, 0, backlog=4096)
 
         server = asyncio.run_coroutine_threadsafe(listen(), loop).result(10)
 
-        def stop_loop() -> None:
+        def stop_h2() -> None:
             async def close() -> None:
                 server.close()
-                for conn in list(conns):
-                    conn.close()
                 listener.close_all()
                 await asyncio.sleep(0)  # the transports' closing callbacks
 
             asyncio.run_coroutine_threadsafe(close(), loop).result(10)
             runner.stop()
 
-        return Running(stack, server.sockets[0].getsockname()[1], stop_loop)
+        return Running(stack, server.sockets[0].getsockname()[1], stop_h2)
 
     hop = Hop() if stack.endswith("-hop") else None
     if stack.startswith("grpc-sync"):

@@ -6,7 +6,7 @@ Envoy: the attacks speak HTTP/2 to it directly), a well-behaved gRPC client besi
 (one-trip ext_proc exchanges at ``--good-rate`` per second on its own connection, each
 given ``--good-timeout`` s), the server's RSS and CPU sampled every 0.1 s, and the attack
 run for ``--duration`` s. Reported per cell: how the attacking connections ended (GOAWAY
-code, seconds from open to close, how many were opened), how long the
+code, how long the first one lasted, how many were opened and closed), how long the
 server's TCP window held the attacker's sends back, the server's RSS growth and CPU (cores)
 during the attack, and the good client's answered share and p99.
 
@@ -138,8 +138,11 @@ def _cell(stack: str, attack: str, conns: int, args: argparse.Namespace, tmp: Pa
             "attack_stalled_s": sum(c.get("stalled_s", 0.0) for c in res["conns"]),
             "attack_conns_closed": len(closed),
             "goaway_codes": sorted({c["goaway"] for c in closed if c["goaway"] is not None}),
-            "first_close_s": min(to_close) if to_close else None,
+            # the first connection the attack opened: how long it lasted (None: never closed);
+            # later ones may be closed at once by a cool-down the first one earned
+            "first_close_s": _lasted(res["conns"], refused),
             "median_close_s": statistics.median(to_close) if to_close else None,
+            "first_conns": res["conns"][:3],
             "frames_per_s": res.get("frames_per_s"),
             "rst_codes": _merged(c.get("rst_codes", {}) for c in res["conns"]),
             "rss_growth_mb": peak_rss - rss0,
@@ -153,6 +156,13 @@ def _cell(stack: str, attack: str, conns: int, args: argparse.Namespace, tmp: Pa
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _lasted(conns: list[dict[str, Any]], refused: list[dict[str, Any]]) -> float | None:
+    accepted = sorted((c for c in conns if c not in refused), key=lambda c: c["opened_at"])
+    if not accepted or accepted[0]["closed_at"] is None:
+        return None
+    return float(accepted[0]["closed_at"] - accepted[0]["opened_at"])
 
 
 def _merged(dicts: Any) -> dict[str, int]:
@@ -169,7 +179,7 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| attack | conns | stack | closed / opened (refused) | GOAWAY | first close s | sends held s "
+        "| attack | conns | stack | closed / opened (refused) | GOAWAY | first lasted s | sends held s "
         "| RSS +MB | CPU cores | good answered | good p99 ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]

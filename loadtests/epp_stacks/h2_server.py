@@ -9,9 +9,10 @@ leaves to its user:
   to the stream's handler; answers as ``:status 200`` headers, messages, then trailers with
   ``grpc-status``;
 - budgets ``h2`` does not have: per connection, PINGs, SETTINGS and streams reset by the
-  peer before they were answered (rapid reset) in a one-second window, and a bound on a
-  stream's buffered message; crossing one ends the connection with GOAWAY
-  ENHANCE_YOUR_CALM;
+  peer before they were answered (rapid reset) in a one-second window; crossing one ends
+  the connection with GOAWAY ENHANCE_YOUR_CALM. A message announced over ``MAX_MESSAGE``
+  ends its stream (RESOURCE_EXHAUSTED). DATA is acknowledged as it arrives, so partial
+  messages are bounded per stream only (not per connection: a gap of this prototype);
 - TCP backpressure: while the transport's write buffer is above its high-water mark the
   connection stops reading, so unread PING and SETTINGS acknowledgements cannot pile up;
 - a cap on connections (``Listener.max_connections``).

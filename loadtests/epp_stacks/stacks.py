@@ -5,15 +5,16 @@ Every stack runs ``null_epp.py``'s :class:`NullPick` (the answers specgate's EPP
 route fixed, each ProcessingRequest parsed), so what differs between them is the HTTP/2
 and gRPC machinery alone:
 
-- ``hand``: the hand-written server in ``gateway/envoy/h2*.py``, as ``null_epp.py`` runs it
-  (uvloop, in the protocol's ``data_received``);
+- ``hand``: the hand-written server in ``gateway/envoy/h2*.py`` composed as ``EppServer``
+  composes it (the ``epp.limits`` defaults, a process-wide memory pool, the gateway's accept
+  loop), on uvloop, deciding in the protocol's ``data_received``;
 - ``h2``: the ``h2`` library on an asyncio protocol (:mod:`h2_server`), on uvloop;
 - ``grpc-sync``: grpcio's C-core server with a thread pool (``grpc.server``), generic
   handlers with raw-bytes (de)serializers, the DoS options of :data:`GRPC_OPTIONS`;
 - ``grpc-aio``: the same C-core under ``grpc.aio``, on an asyncio loop in its own thread;
 - ``grpc-sync-hop`` / ``grpc-aio-hop``: as above, each message's decision run on a separate
-  uvloop loop in the main thread (the gateway's loop, where the EPP's state lives) and the
-  answer handed back: what putting specgate's EPP on grpcio would cost.
+  uvloop loop (in the gateway, its main loop, where the EPP's state lives) and the answer
+  handed back: what putting specgate's EPP on grpcio would cost.
 
     python loadtests/epp_stacks/stacks.py --stack h2 --endpoint 127.0.0.1:8000 --port-file FILE
 
@@ -56,9 +57,8 @@ MAX_MESSAGE = 4 * 1024 * 1024
 # counted, their handler threads not yet finished, until it refused every stream.
 MAX_STREAMS = 1024
 THREADS = 128  # grpc-sync: a stream holds a worker thread for its whole life
-# grpc-sync: no maximum_concurrent_rpcs. With one, behind Envoy's one-trip layout (every stream
-# reset once answered), streams were refused early with only 32 requests in flight (the count
-# of active calls lags the resets); without, calls past the pool's threads wait for one.
+# grpc-sync: no maximum_concurrent_rpcs: calls past the pool's threads wait for one (the
+# streams per connection and the connection cap bound them).
 MAX_RPCS: int | None = None
 
 # grpcio C-core's server-side budgets (channel arguments), set as the EPP would set them.

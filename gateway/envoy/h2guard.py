@@ -6,9 +6,13 @@ and each byte it holds for a peer (:class:`MemoryPool`), and ends the connection
 ENHANCE_YOUR_CALM when a budget is crossed (:class:`Calm`).
 
 Budgets are token buckets per connection: ``rate`` frames a second, ``burst`` at once.
-Envoy's ext_proc client sends a handful of control frames a minute; a budget is crossed
-only by a peer that floods (rapid reset, PING/SETTINGS floods, CONTINUATION trains,
-WINDOW_UPDATE storms, empty frames), and the connection ends on the frame that crosses it.
+A frame that a busy, well-behaved peer sends in proportion to its streams (a RST_STREAM on a
+stream the server already ended, a WINDOW_UPDATE) is paid for by the stream it belongs to:
+each stream the peer opens credits those budgets (:data:`PER_STREAM`), so they bound what a
+peer sends beyond its work, not its request rate (Envoy at thousands of requests a second
+resets ended ext_proc streams at the same rate). A budget is crossed only by a peer that
+floods (rapid reset, PING/SETTINGS floods, CONTINUATION trains, WINDOW_UPDATE storms, empty
+frames), and the connection ends on the frame that crosses it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ NAMES = (
     "new stream",
     "ignored",
 )
+
+
+# What one opened stream credits: its own closing RST_STREAM after the server ended it
+# (counted as ``ignored``: the stream is gone) and the WINDOW_UPDATEs its data causes.
+PER_STREAM = ((OTHER_B, 1.0), (WINDOW_B, 2.0))
 
 
 class Calm(Exception):
@@ -92,6 +101,12 @@ class Budgets:
         if tokens < 0.0:
             self.crossed = NAMES[kind]
             raise Calm(f"{NAMES[kind]} frames over {self._rate[kind]:g}/s (burst {burst:g})")
+
+    def credit_stream(self) -> None:
+        """A stream was opened: the frames it may cause later are paid (:data:`PER_STREAM`),
+        up to the budget's burst."""
+        for kind, n in PER_STREAM:
+            self._tokens[kind] = min(self._tokens[kind] + n, self._burst[kind])
 
 
 class MemoryPool:

@@ -181,6 +181,7 @@ class H2Receiver(H2Sender):
                 self.budgets.charge(RESET_B, self._now)
             self.write(_frame(RST_STREAM, 0, sid, _U32.pack(REFUSED_STREAM)))
             return
+        self.budgets.credit_stream()
         s = Stream(self, sid, fields)  # type: ignore[arg-type]  # an H2Connection, as this is its base
         # half-closed (remote) already: a stream finished below needs no RST_STREAM
         s.remote_closed = self._header_end_stream

@@ -317,3 +317,23 @@ async def test_streams_opened_past_the_limit_count_as_early_resets() -> None:
     peer.send(*(peer.open(sid) for sid in range(9, 101, 2)))
     _, code = peer.goaway()
     assert code == ENHANCE_YOUR_CALM
+
+
+async def test_a_busy_peer_closing_its_ended_streams_stays_within_the_budgets() -> None:
+    """Envoy at thousands of requests a second resets each ext_proc stream the server has ended
+    and updates its window: frames in proportion to its streams, which each stream pays for.
+    The same frames beyond what the streams paid still cross the budget."""
+    peer = Peer(limits=Limits(slice_s=60.0))  # every read handled at once (slices are tested above)
+    peer.start()
+    cancel = u32(0x8)
+    for sid in range(1, 4001, 2):  # 2,000 streams in one read, each answered, then closed twice over
+        peer.send(
+            peer.open(sid, "/test.Echo/Unary", end_stream=True),
+            frame(RST_STREAM, 0, sid, cancel),
+            frame(WINDOW_UPDATE, 0, sid, u32(100)),
+        )
+    assert not peer.transport.closed
+    peer.frames()
+    peer.send(*(frame(RST_STREAM, 0, 1, cancel) for _ in range(600)))  # no stream pays for these
+    _, code = peer.goaway()
+    assert code == ENHANCE_YOUR_CALM

@@ -44,6 +44,7 @@ from gateway.api.epp.endings import AccessLogStream
 from gateway.api.epp.server import EPP
 from gateway.config import load_config
 from gateway.envoy import h2, h2wire
+from gateway.envoy.h2guard import Turn
 from gateway.envoy.protowire import fields, ld
 from gateway.telemetry import build_telemetry
 from tests.epp.extproc_wire import ACCESS_LOG, request_body, request_headers, response_headers
@@ -97,7 +98,8 @@ async def run(args: argparse.Namespace) -> tuple[float, float]:
     }
     cfg = load_config(None, env={}, overrides=overrides)
     app = build_app(cfg, telemetry=build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models]))
-    conn = h2.H2Connection(app[EPP].open_stream)
+    # frames are fed here without turns of the loop between them: no shared turn to wait for
+    conn = h2.H2Connection(app[EPP].open_stream, turn=Turn(3600.0))
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     # As Envoy: large windows, so what the EPP sends never waits for a WINDOW_UPDATE.

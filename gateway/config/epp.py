@@ -86,8 +86,9 @@ class EppLimits(BaseModel):
         1.0,
         gt=0.0,
         le=1000.0,
-        description="the longest one connection's frames hold the event loop at a time (the rest waits "
-        "for the loop's other work)",
+        description="the longest the EPP's frames hold the event loop in one turn of it, all its "
+        "connections together (the rest waits for the loop's other work: the HTTP gateway, health "
+        "checks), milliseconds",
     )
     accepts_per_s: float = Field(
         200.0,

@@ -48,6 +48,7 @@ from gateway.envoy.h2guard import (
     Calm,
     Limits,
     MemoryPool,
+    Turn,
 )
 from gateway.envoy.h2recv import H2Receiver
 from gateway.envoy.h2stream import Services, Stream
@@ -104,6 +105,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         max_message: int = 64 * 1024 * 1024,
         limits: Limits | None = None,
         pool: MemoryPool = UNBOUNDED,
+        turn: Turn | None = None,
         on_close: Callable[[H2Connection], None] | None = None,
     ) -> None:
         lim = limits or Limits()
@@ -120,6 +122,8 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self.max_message = max_message
         self.on_close = on_close
         self.budgets = Budgets(lim)
+        # the loop's time all the server's connections share (their own when none is given)
+        self.turn = turn if turn is not None else Turn(lim.slice_s)
         self._init_receiver()
         self._buf = bytearray()
         self._rest, self._rest_pos = b"", 0  # a read a slice did not finish, and where it stopped
@@ -217,9 +221,15 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                     raise ConnectionError_(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                 data = data[len(PREFACE) :]
                 self._preface_seen = True
-            # Frames are sliced straight from the bytes read (one copy per payload).
+            # Frames are sliced straight from the bytes read (one copy per payload), for at
+            # most a slice, and no longer than what this turn of the loop has left (Turn).
             pos, n = start, len(data)
-            until, count = self._now + self.limits.slice_s, 0
+            if self.turn.exhausted() and n - pos >= 9:  # spent by other connections: after them
+                self._rest, self._rest_pos = data, pos
+                self._pause("slice")
+                self.turn.wait(self._next_slice)
+                return
+            until, count = self._now + min(self.limits.slice_s, self.turn.left()), 0
             while n - pos >= 9:
                 length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
                 if length > DEFAULT_FRAME_SIZE:  # we never raise SETTINGS_MAX_FRAME_SIZE
@@ -231,7 +241,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
                 if not count & 31 and time.monotonic() > until:  # the rest after the loop's other work
                     self._rest, self._rest_pos = data, pos
                     self._pause("slice")
-                    asyncio.get_running_loop().call_soon(self._next_slice)
+                    self.turn.wait(self._next_slice)
                     return
                 (sid,) = _U32.unpack_from(data, pos + 5)
                 kind = data[pos + 3]
@@ -251,6 +261,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         finally:
             self._batching = False
             self._flush()
+            self.turn.charge(time.monotonic() - self._now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -200,10 +200,11 @@ def _start_hand(answers: dict[str, bytes], host: str) -> Running:
     from gateway.api.epp.listener import Listener
     from gateway.api.epp.server import h2_limits
     from gateway.config.epp import EppConfig
-    from gateway.envoy.h2guard import MemoryPool
+    from gateway.envoy.h2guard import MemoryPool, Turn
 
     cfg = EppConfig()
     limits, pool = h2_limits(cfg), MemoryPool(cfg.limits.process_memory_bytes)
+    turn = Turn(limits.slice_s)
     conns: set[Any] = set()
     runner = LoopThread("epp-hand", uvloop.new_event_loop)
 
@@ -220,6 +221,7 @@ def _start_hand(answers: dict[str, bytes], host: str) -> Running:
             max_message=MAX_MESSAGE,
             limits=limits,
             pool=pool,
+            turn=turn,
             on_close=closed,
         )
         conns.add(conn)

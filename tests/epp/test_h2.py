@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.envoy import health
 from gateway.envoy.h2 import H2Connection
-from gateway.envoy.h2guard import Limits
+from gateway.envoy.h2guard import Limits, Turn
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.h2wire import (
     ACK,
@@ -543,6 +543,9 @@ class Peer:
     def __init__(self, **kwargs: Any) -> None:
         self.svc = TestServices()
         self.transport = FakeTransport()
+        # the frames sent here come without turns of the loop between them: the shared turn's
+        # budget is the tests' of it to set (the slice of one connection still applies)
+        kwargs.setdefault("turn", Turn(60.0))
         self.conn = H2Connection(self.svc, **kwargs)
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
         self.encoder = hpack.Encoder()

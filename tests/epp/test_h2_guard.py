@@ -25,7 +25,7 @@ from gateway.api.epp.listener import Listener
 from gateway.api.epp.server import EPP
 from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.h2 import H2Connection
-from gateway.envoy.h2guard import Limits, MemoryPool
+from gateway.envoy.h2guard import Limits, MemoryPool, Turn
 from gateway.envoy.h2stream import Stream
 from gateway.envoy.h2wire import (
     CONTINUATION,
@@ -269,6 +269,27 @@ async def test_one_connections_frames_hold_the_loop_a_slice_at_a_time() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     assert len(peer.frames()) == 33 and not peer.transport.paused
+
+
+async def test_connections_share_one_turn_of_the_loop_in_order() -> None:
+    """Two connections with frames waiting in the same turn: the first takes the turn's
+    budget, the second waits for the next turn; then they go on in the order they waited."""
+    turn = Turn(0.0)  # one slice a turn, whoever takes it
+    a, b = (Peer(limits=Limits(slice_s=0.0), turn=turn) for _ in range(2))
+    a.start()
+    await asyncio.sleep(0)  # a turn each for the handshakes
+    b.start()
+    await asyncio.sleep(0)
+    a.send(frame(PING, 0, 0, b"abcdefgh") * 64)
+    b.send(frame(PING, 0, 0, b"abcdefgh") * 64)
+    assert len(a.frames()) == 31 and len(b.frames()) == 0  # b: after a, in a later turn
+    assert a.transport.paused and b.transport.paused
+    await asyncio.sleep(0)
+    assert len(a.frames()) == 31 and len(b.frames()) == 0  # a's rest came first
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert len(a.frames()) == 2 and len(b.frames()) == 64
+    assert not a.transport.paused and not b.transport.paused
 
 
 async def test_data_past_a_reset_streams_window_ends_the_connection() -> None:

@@ -39,7 +39,7 @@ from gateway.api.state import STATE, GatewayState
 from gateway.config.epp import EppConfig
 from gateway.envoy.accesslog import PATH as ACCESS_LOG_PATH
 from gateway.envoy.h2 import H2Connection
-from gateway.envoy.h2guard import Limits, MemoryPool
+from gateway.envoy.h2guard import Limits, MemoryPool, Turn
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.health import PATH as HEALTH_PATH
 from gateway.envoy.health import HealthCheck
@@ -80,6 +80,7 @@ class EppServer:
         self.connections: set[H2Connection] = set()
         self.limits = h2_limits(self.config)
         self.pool = MemoryPool(self.config.limits.process_memory_bytes)
+        self.turn = Turn(self.limits.slice_s)  # the loop's time all EPP connections share
         token = self.config.auth_token
         self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
         self.listener = Listener(
@@ -168,6 +169,7 @@ class EppServer:
             max_message=self.state.config.server.max_body_bytes + (1 << 20),
             limits=self.limits,
             pool=self.pool,
+            turn=self.turn,
             on_close=self._closed,
         )
         self.connections.add(conn)

@@ -104,6 +104,18 @@ async def pair() -> AsyncIterator[EmulatorGroup]:
         await group.stop()
 
 
+@pytest.fixture
+async def thinking() -> AsyncIterator[EmulatorGroup]:
+    """A pair serving a thinking model (``reasoning_parser: qwen3``), 50x faster than wall."""
+    group = await start_group(
+        pair_launches(port_spec=0, port_base=0, reasoning_parser="qwen3"), time_scale=0.02
+    )
+    try:
+        yield group
+    finally:
+        await group.stop()
+
+
 def gateway_config_for(group: EmulatorGroup, **overrides: Any) -> GatewayConfig:
     """The default gateway config pointed at an emulated pair (ephemeral port, scraping
     every 0.1 s); keyword arguments are further dotted-path overrides."""

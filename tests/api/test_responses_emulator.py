@@ -5,30 +5,17 @@ name and the engine's usage."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup
 from tests.conftest import gateway_config_for
 from tests.emulator.prompts import EDITS
 from tests.emulator.sdk import sdk_client
+from tests.emulator.thinking import generated_tokens
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def thinking() -> AsyncIterator[EmulatorGroup]:
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, reasoning_parser="qwen3"), time_scale=0.02
-    )
-    try:
-        yield group
-    finally:
-        await group.stop()
 
 
 async def test_sdk_responses_through_the_gateway_onto_the_emulator(thinking: EmulatorGroup) -> None:
@@ -65,14 +52,4 @@ async def test_sdk_responses_through_the_gateway_onto_the_emulator(thinking: Emu
     finally:
         await gw.close()
     # temperature 0.9 went to the plain engine, which generated the streamed answer
-    assert await _generated_tokens(thinking.urls[1]) == final.usage.output_tokens
-
-
-async def _generated_tokens(url: str) -> float:
-    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
-        page = await r.text()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in page.splitlines()
-        if line.startswith("vllm:generation_tokens_total{")
-    )
+    assert await generated_tokens(thinking.urls[1]) == final.usage.output_tokens

@@ -4,40 +4,18 @@ without a reasoning parser."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 import openai
 import pytest
 
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from gateway.emulator.launch import EmulatorGroup
 from tests.emulator.prompts import EDITS
 from tests.emulator.sdk import sdk_client
+from tests.emulator.thinking import generated_tokens
 
 pytestmark = pytest.mark.timeout(90)
 
 SPEC = "qwen3-8b-spec"
-
-
-@pytest.fixture
-async def thinking() -> AsyncIterator[EmulatorGroup]:
-    group = await start_group(
-        pair_launches(port_spec=0, port_base=0, reasoning_parser="qwen3"), time_scale=0.02
-    )
-    try:
-        yield group
-    finally:
-        await group.stop()
-
-
-async def _generated_tokens(url: str) -> float:
-    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
-        page = await r.text()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in page.splitlines()
-        if line.startswith("vllm:generation_tokens_total{")
-    )
 
 
 async def test_create_answers_with_reasoning_message_and_usage(thinking: EmulatorGroup) -> None:
@@ -68,7 +46,7 @@ async def test_create_answers_with_reasoning_message_and_usage(thinking: Emulato
 
 async def test_stream_sends_typed_events_the_sdk_assembles(thinking: EmulatorGroup) -> None:
     url = thinking.urls[1]
-    before = await _generated_tokens(url)
+    before = await generated_tokens(url)
     async with sdk_client(url) as client:
         whole = await client.responses.create(model="qwen3-8b-base", input=EDITS[1], temperature=0)
         async with client.responses.stream(model="qwen3-8b-base", input=EDITS[1], temperature=0) as stream:
@@ -85,7 +63,7 @@ async def test_stream_sends_typed_events_the_sdk_assembles(thinking: EmulatorGro
     assert final.usage is not None and whole.usage is not None
     assert final.usage.output_tokens == whole.usage.output_tokens
     # both answers' tokens counted on the engine's metrics, as a chat answer's are
-    assert await _generated_tokens(url) - before == 2 * whole.usage.output_tokens
+    assert await generated_tokens(url) - before == 2 * whole.usage.output_tokens
 
 
 async def test_a_plain_engine_answers_a_message_only_and_a_short_limit_is_incomplete(

@@ -9,9 +9,11 @@ an SSE stream); requests the client abandons are aborted at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -172,18 +174,28 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         await resp.write_eof()
         return resp
     reqs = make_requests(h, pr, rid)
-    h._open[id(request)] = request
     try:
-        if pr.stream:
-            return await stream_response(request, h, pr, reqs, rid, created, headers, crash_after_chunks)
-        return await unary_response(request, h, pr, reqs, rid, created, headers)
+        with serving(request, h, reqs):
+            if pr.stream:
+                return await stream_response(request, h, pr, reqs, rid, created, headers, crash_after_chunks)
+            return await unary_response(request, h, pr, reqs, rid, created, headers)
     except ConnectionResetError:
         return web.Response(status=499)  # the client went away; nobody reads this
+
+
+@contextlib.contextmanager
+def serving(request: web.Request, h: EmulatedEngine, reqs: list[EngineRequest]) -> Iterator[None]:
+    """While ``reqs`` are answered to ``request``: the request is open on the engine (a crash
+    fault cuts it), and when the answer ends, finished or not, what is still running is aborted
+    (the client went away: free the slot at once)."""
+    h._open[id(request)] = request
+    try:
+        yield
     finally:
         h._open.pop(id(request), None)
         for r in reqs:
             if r.finish_reason is None and not h.dead:
-                h.driver.abort(h.engine, r)  # client went away: free the slot at once
+                h.driver.abort(h.engine, r)
 
 
 def make_requests(h: EmulatedEngine, pr: ParsedRequest, rid: str) -> list[EngineRequest]:

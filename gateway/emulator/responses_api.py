@@ -27,7 +27,7 @@ from aiohttp import web
 from gateway.emulator.emulated import ENGINE, EmulatedEngine, cut_connection, json_response
 from gateway.emulator.engine import EngineRequest, TokenEvent
 from gateway.emulator.errors import ApiError
-from gateway.emulator.openai_routes import admit, json_body, make_requests
+from gateway.emulator.openai_routes import admit, json_body, make_requests, serving
 from gateway.emulator.protocol import ParsedRequest, parse_request, sse
 from gateway.emulator.reasoning import ReasoningParser
 from gateway.emulator.responses import parsers_for, run_to_end
@@ -204,27 +204,34 @@ async def post_responses(request: web.Request) -> web.StreamResponse:
     (req,) = make_requests(h, pr, resp.id)
     parsers = parsers_for(h, pr, [req])
     parser = parsers[0] if parsers else None
-    h._open[id(request)] = request
     try:
-        if pr.stream:
-            return await _stream(request, h, resp, req, parser, crash_after_chunks)
-        if not await run_to_end(request, h, [req]):
-            cut_connection(request)
-            return web.Response(status=503)
-        reasoning, content = parser.feed(req.output) if parser is not None else ("", "".join(req.output))
-        output = []
-        if parser is not None and reasoning:
-            output.append(_reasoning_item("rs_" + uuid.uuid4().hex, reasoning, "completed"))
-        if content or parser is None:
-            output.append(_message_item("msg_" + uuid.uuid4().hex, content, "completed"))
-        rt = parser.reasoning_tokens if parser is not None else 0
-        return json_response(resp.obj(_status(req), output, _usage(pr, req, rt)))
+        with serving(request, h, [req]):
+            if pr.stream:
+                return await _stream(request, h, resp, req, parser, crash_after_chunks)
+            return await _unary(request, h, resp, pr, req, parser)
     except ConnectionResetError:
         return web.Response(status=499)
-    finally:
-        h._open.pop(id(request), None)
-        if req.finish_reason is None and not h.dead:
-            h.driver.abort(h.engine, req)
+
+
+async def _unary(
+    request: web.Request,
+    h: EmulatedEngine,
+    resp: _Response,
+    pr: ParsedRequest,
+    req: EngineRequest,
+    parser: ReasoningParser | None,
+) -> web.StreamResponse:
+    if not await run_to_end(request, h, [req]):
+        cut_connection(request)
+        return web.Response(status=503)
+    reasoning, content = parser.feed(req.output) if parser is not None else ("", "".join(req.output))
+    output = []
+    if parser is not None and reasoning:
+        output.append(_reasoning_item("rs_" + uuid.uuid4().hex, reasoning, "completed"))
+    if content or parser is None:
+        output.append(_message_item("msg_" + uuid.uuid4().hex, content, "completed"))
+    rt = parser.reasoning_tokens if parser is not None else 0
+    return json_response(resp.obj(_status(req), output, _usage(pr, req, rt)))
 
 
 async def get_response(request: web.Request) -> web.Response:

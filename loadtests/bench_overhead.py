@@ -475,6 +475,18 @@ def _write_envoy_conf(
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process (the last started first), then wait up to 10 s each and kill
+    what is still running."""
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", choices=["bench", "upstream", "load"], default="bench", help=argparse.SUPPRESS)
@@ -835,13 +847,7 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(doc, indent=2))
         return 0
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

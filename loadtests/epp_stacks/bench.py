@@ -224,13 +224,7 @@ def main() -> int:
             Path(args.out).write_text(json.dumps(doc, indent=2))
         return 0
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        bo.stop_all(procs)
 
 
 def _table(

@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,12 +138,14 @@ async def start_serve(
     *,
     log_level: str | None = None,
     cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> tuple[asyncio.subprocess.Process, str]:
     """Run ``python -m gateway serve --config <config_path>`` with stderr piped, and read
     stderr until the gateway says where it listens. Returns the process (its stderr is the
     caller's to drain) and its base URL; kills it and raises ``RuntimeError`` when it exits
-    first or does not listen within ``timeout_s``."""
+    first or does not listen within ``timeout_s``. ``env``: the process's whole environment
+    (default: this one's)."""
     args = ["serve", "--config", str(config_path)]
     if log_level is not None:
         args += ["--log-level", log_level]
@@ -153,6 +155,7 @@ async def start_serve(
         "gateway",
         *args,
         cwd=cwd,
+        env=None if env is None else dict(env),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

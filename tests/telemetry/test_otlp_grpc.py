@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from gateway.api.state import STATE
+from gateway.bench.procs import start_serve
 from gateway.telemetry.tracing import tracing_from_env
 from tests.proxy.harness import harness
 
@@ -90,18 +90,8 @@ async def test_serve_exports_spans_over_otlp_grpc(tmp_path: Path) -> None:
         }
         for key in ("OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
             env.pop(key, None)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "gateway", "serve", "--config", str(path), "--log-level", "WARNING"),
-            env=env,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc, url = await start_serve(path, log_level="WARNING", env=env)
         try:
-            assert proc.stderr is not None
-            line = await asyncio.wait_for(proc.stderr.readline(), 30)
-            m = re.search(rb"listening on (http://\S+)", line)
-            assert m, line
-            url = m.group(1).decode()
             body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.9}
             async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body) as r:
                 assert r.status == 200

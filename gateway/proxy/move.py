@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gateway.proxy import sse
-from gateway.proxy.sse import REASONING_FIELDS, finishes, token_kind
+from gateway.proxy.sse import REASONING_FIELDS, finishes, reasoning_of, token_kind
 from gateway.routing.types import Route
 
 MAX_KEPT_BYTES = 512 * 1024  # events kept per stream for a move; beyond, the stream stays
@@ -246,8 +246,9 @@ def _rewrite_choice(choice: object, *, opening: bool) -> bool:
     delta = choice.get("delta")
     if not isinstance(delta, dict):
         return True  # a completion choice: its text is the answer's
-    moved = [delta.pop(k) for k in REASONING_FIELDS if k in delta]
-    text = "".join(m for m in moved if isinstance(m, str))
+    text = reasoning_of(delta)
+    for k in REASONING_FIELDS:
+        delta.pop(k, None)
     if text:
         content = delta.get("content")
         delta["content"] = text + (content if isinstance(content, str) else "")
@@ -299,9 +300,8 @@ def sent_answer(sent: list[bytes]) -> SentAnswer | None:
                 return None
             delta = c.get("delta")
             if isinstance(delta, dict):
-                for key in REASONING_FIELDS:
-                    if isinstance(r := delta.get(key), str):
-                        reasoning.append(r)
+                if (r := reasoning_of(delta)) is not None:
+                    reasoning.append(r)
                 text = delta.get("content")
             else:
                 text = c.get("text")

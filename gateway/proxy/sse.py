@@ -44,7 +44,18 @@ NO_TOKEN, REASONING, CONTENT = 0, 1, 2
 _CONTENT_KEYS = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
 _TOOL_KEYS = (b'"tool_calls":[{', b'"tool_calls": [{')
 _REASONING_KEYS = (b'"reasoning_content":"', b'"reasoning_content": "', b'"reasoning":"', b'"reasoning": "')
-REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM's names, older and newer
+REASONING_FIELDS = ("reasoning", "reasoning_content")  # vLLM's names, newer and older
+
+
+def reasoning_of(part: dict[str, Any]) -> str | None:
+    """The reasoning text of a delta or message: vLLM's ``reasoning``, else the older
+    ``reasoning_content``. Releases between the rename and the old name's removal (and other
+    servers) send both with the same text: it is one text, read once."""
+    for key in REASONING_FIELDS:
+        r = part.get(key)
+        if isinstance(r, str) and r:
+            return r
+    return None
 
 
 def _nonempty(data: bytes, keys: tuple[bytes, ...]) -> bool:
@@ -187,11 +198,10 @@ class Harvest:
                 return CONTENT
             return NO_TOKEN
         kind = NO_TOKEN
-        for key in REASONING_FIELDS:
-            r = part.get(key)
-            if isinstance(r, str) and r:
-                self._reasoning(r)
-                kind = REASONING
+        r = reasoning_of(part)
+        if r is not None:
+            self._reasoning(r)
+            kind = REASONING
         text = part.get("content")
         if isinstance(text, str) and text:
             self._content(text)

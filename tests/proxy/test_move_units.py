@@ -116,3 +116,19 @@ def test_an_answer_still_thinking_cannot_be_continued_through_the_template() -> 
         chat_template(done, add_generation_prompt=False, continue_final_message=True)
         == head + "<think>\nLet me think.\n</think>\n\nOnce"
     )
+
+
+def test_a_server_sending_both_reasoning_fields_says_it_once() -> None:
+    """Between vLLM's rename of ``reasoning_content`` to ``reasoning`` and the old name's
+    removal (and on other servers) a delta carries both, with the same text: the answer sent
+    so far, the sibling's relabelled events and the learning read it once."""
+    both = {"reasoning": "Let me think.", "reasoning_content": "Let me think."}
+    got = sent_answer([ev(dict(both)), ev({"content": "Once"})])
+    assert got is not None and (got.reasoning, got.content) == ("Let me think.", "Once")
+    cont = Continuation(None, None, tokens_before=3)
+    obj = {"choices": [{"index": 0, "delta": {**both, "content": None}}]}
+    assert cont.apply(obj) and obj["choices"][0]["delta"] == {"content": "Let me think."}
+    h = Harvest()
+    h.take({"choices": [{"delta": dict(both)}]})
+    h.take({"choices": [{"delta": {"content": "C"}}]})
+    assert h.completion_text == "<think>Let me think.</think>C"

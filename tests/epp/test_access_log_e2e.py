@@ -71,13 +71,17 @@ async def test_with_the_access_log_a_request_holds_its_slot_to_the_end_and_count
         try:
             seen = phases(app)
             await _warm(app, c, entries)
+            # long enough (ignore_eos: all of it) that the engine is still decoding when the
+            # client reads the first chunk, on a loaded machine too (24 tokens could all be
+            # sent, and the entry logged, before the client read one)
             stream = await c.chat.completions.create(
                 model="qwen3-8b",
                 messages=MESSAGES,
-                max_tokens=24,
+                max_tokens=1000,
                 temperature=0,
                 stream=True,
                 extra_headers={"x-specgate-route": "base"},
+                extra_body={"ignore_eos": True},
             )
             chunks = 0
             async for _chunk in stream:

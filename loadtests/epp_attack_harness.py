@@ -349,11 +349,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("--body-mb", type=int, default=800, help="zero_window: body size in MB")
     p.add_argument("--time-scale", type=float, default=0.05, help="the emulator's clock (default 0.05)")
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the no-attack run")
-    p.add_argument("--epp", action="append", default=[], help="epp.KEY=VALUE (YAML value), repeatable")
+    p.add_argument(
+        "--epp", action="append", default=[], help="KEY=VALUE under epp (YAML value; KEY may be dotted: limits.slice_ms)"
+    )
     p.add_argument("--note", default="", help="a note on the machine, stored with the results")
     p.add_argument("--out", default=None, help="write the JSON record here")
     a = p.parse_args(argv)
-    a.epp_config = {k: yaml.safe_load(v) for k, _, v in (e.partition("=") for e in a.epp)}
+    a.epp_config = {}
+    for key, _, value in (e.partition("=") for e in a.epp):
+        *path, leaf = key.split(".")
+        node = a.epp_config
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
     res = asyncio.run(harness(a))
     print(table(res["rows"]))
     if a.out:

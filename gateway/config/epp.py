@@ -83,12 +83,19 @@ class EppLimits(BaseModel):
         10.0, gt=0.0, le=3600.0, description="abort a connection whose peer has not read its output this long"
     )
     slice_ms: float = Field(
-        1.0,
+        0.25,
         gt=0.0,
         le=1000.0,
         description="the longest the EPP's frames hold the event loop in one turn of it, all its "
         "connections together (the rest waits for the loop's other work: the HTTP gateway, health "
-        "checks), milliseconds",
+        "checks), milliseconds; a gateway request crossing k turns waits at most k slices for the EPP",
+    )
+    share: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="the fraction of the event loop's time the EPP's frames may take while more are "
+        "waiting than a turn's slice holds (a flood, or a peak): the rest goes to the HTTP gateway first",
     )
     accepts_per_s: float = Field(
         200.0,

@@ -350,7 +350,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--time-scale", type=float, default=0.05, help="the emulator's clock (default 0.05)")
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the no-attack run")
     p.add_argument(
-        "--epp", action="append", default=[], help="KEY=VALUE under epp (YAML value; KEY may be dotted: limits.slice_ms)"
+        "--epp",
+        action="append",
+        default=[],
+        help="KEY=VALUE under epp (YAML value; KEY may be dotted: limits.slice_ms)",
     )
     p.add_argument("--note", default="", help="a note on the machine, stored with the results")
     p.add_argument("--out", default=None, help="write the JSON record here")

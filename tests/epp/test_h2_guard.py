@@ -11,6 +11,7 @@ finer checks drive it through the fake transport of ``test_h2.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -298,7 +299,7 @@ async def test_a_backlog_takes_only_its_share_of_the_loop() -> None:
     ``share`` 1 they resume at the next turn."""
     for share, runs_next_turn in ((0.5, False), (1.0, True)):
         turn, ran = Turn(0.001, share=share), []
-        turn.wait(lambda: ran.append("a"))  # a connection that had to stop, as data_received does
+        turn.wait(functools.partial(ran.append, "a"))  # a connection that had to stop, as data_received does
         turn.charge(600.0)  # ... after its slice took (a synthetic) 600 s
         for _ in range(5):
             await asyncio.sleep(0)

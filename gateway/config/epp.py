@@ -88,14 +88,9 @@ class EppLimits(BaseModel):
         le=1000.0,
         description="the longest the EPP's frames hold the event loop in one turn of it, all its "
         "connections together (the rest waits for the loop's other work: the HTTP gateway, health "
-        "checks), milliseconds; a gateway request crossing k turns waits at most k slices for the EPP",
-    )
-    share: float = Field(
-        0.5,
-        gt=0.0,
-        le=1.0,
-        description="the fraction of the event loop's time the EPP's frames may take while more are "
-        "waiting than a turn's slice holds (a flood, or a peak): the rest goes to the HTTP gateway first",
+        "checks), milliseconds: a gateway request whose path crosses k turns of the loop waits at "
+        "most k slices for the EPP (0.25: 16 flooding connections left chat p99 within 1.2x on a "
+        "16-core host, 1 ms did not; docs/epp-security.md)",
     )
     accepts_per_s: float = Field(
         200.0,

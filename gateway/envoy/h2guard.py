@@ -63,8 +63,7 @@ class Limits:
     connection_window: int = 16 << 20  # the receive window granted to the connection
     stream_window: int = 1 << 20  # the initial receive window of each stream
     write_buffer: int = 1 << 20  # queued in the socket's buffer: reading pauses above
-    slice_s: float = 0.00025  # how long the EPP's frames may hold the event loop at a time
-    share: float = 0.5  # the loop's time the EPP's frames may take while they wait in line
+    slice_s: float = 0.00025  # how long the EPP's frames may hold the event loop in one turn
 
     def rates(self) -> tuple[tuple[float, float], ...]:
         return (
@@ -148,23 +147,13 @@ class Turn:
     100-150 ms on a 16-core host). Here every connection spends from one budget of ``budget_s``
     a turn: a connection that finds it spent waits in line (:meth:`wait`), and at the next turn
     the line resumes in order, round-robin, until the budget is spent again. The rest of the
-    loop's work (the HTTP gateway, health checks) runs between turns.
+    loop's work (the HTTP gateway, health checks) runs between turns."""
 
-    While connections wait in line (their bytes take more than a turn's budget), the next turn
-    comes no sooner than the loop's other work had ``(1 - share) / share`` of the time the last
-    one took: the EPP's backlog gets at most ``share`` of the loop, so a request of the HTTP
-    gateway whose path crosses k turns of the loop waits at most ``k × budget_s`` for the EPP,
-    and most of its turns find none."""
+    __slots__ = ("_line", "_scheduled", "budget_s", "spent")
 
-    __slots__ = ("_line", "_rest", "_resume_at", "_scheduled", "budget_s", "spent")
-
-    def __init__(self, budget_s: float, share: float = 1.0) -> None:
-        if not 0.0 < share <= 1.0:
-            raise ValueError("share must be in (0, 1]")
+    def __init__(self, budget_s: float) -> None:
         self.budget_s = budget_s
         self.spent = 0.0
-        self._rest = (1.0 - share) / share  # the loop's other time per second of EPP frames
-        self._resume_at = 0.0  # the line's next turn, no sooner (time.monotonic())
         self._line: deque[Callable[[], None]] = deque()
         self._scheduled = False
 
@@ -180,8 +169,6 @@ class Turn:
     def charge(self, seconds: float) -> None:
         """A connection spent ``seconds`` of this turn."""
         self.spent += seconds
-        if self._line and self._rest:
-            self._resume_at = time.monotonic() + self.spent * self._rest
         self._schedule()
 
     def wait(self, resume: Callable[[], None]) -> None:
@@ -195,17 +182,10 @@ class Turn:
             asyncio.get_running_loop().call_soon(self._next)
 
     def _next(self) -> None:
-        line = self._line
-        if line and self._rest:  # a backlog: the loop's other work first, for its share
-            early = self._resume_at - time.monotonic()
-            if early > 0.0:
-                asyncio.get_running_loop().call_later(early, self._next)
-                return
         self._scheduled = False
         self.spent = 0.0
+        line = self._line
         while line and not self.exhausted():
             line.popleft()()
         if line:
-            if self._rest:
-                self._resume_at = time.monotonic() + self.spent * self._rest
             self._schedule()

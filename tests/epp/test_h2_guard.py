@@ -11,7 +11,6 @@ finer checks drive it through the fake transport of ``test_h2.py``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -291,30 +290,6 @@ async def test_connections_share_one_turn_of_the_loop_in_order() -> None:
         await asyncio.sleep(0)
     assert len(a.frames()) == 2 and len(b.frames()) == 64
     assert not a.transport.paused and not b.transport.paused
-
-
-async def test_a_backlog_takes_only_its_share_of_the_loop() -> None:
-    """Frames waiting in line after a turn that spent its budget resume only once the loop's
-    other work had its share of the time (``share`` 0.5: as long again as the EPP took); with
-    ``share`` 1 they resume at the next turn."""
-    for share, runs_next_turn in ((0.5, False), (1.0, True)):
-        turn, ran = Turn(0.001, share=share), []
-        turn.wait(functools.partial(ran.append, "a"))  # a connection that had to stop, as data_received does
-        turn.charge(600.0)  # ... after its slice took (a synthetic) 600 s
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert ran == (["a"] if runs_next_turn else []), share
-
-
-async def test_a_turn_after_the_rest_serves_the_line_in_order() -> None:
-    """Once its rest is over, the line resumes in the order connections waited."""
-    turn, ran = Turn(0.001, share=0.5), []
-    done = asyncio.Event()
-    turn.wait(lambda: ran.append("a"))
-    turn.wait(lambda: (ran.append("b"), done.set()))
-    turn.charge(0.002)  # the rest: 2 ms of the loop's other work
-    await asyncio.wait_for(done.wait(), 5.0)
-    assert ran == ["a", "b"]
 
 
 async def test_data_past_a_reset_streams_window_ends_the_connection() -> None:

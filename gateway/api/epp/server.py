@@ -69,7 +69,6 @@ def h2_limits(cfg: EppConfig) -> Limits:
         stream_window=lim.stream_window_bytes,
         write_buffer=lim.write_buffer_bytes,
         slice_s=lim.slice_ms / 1000.0,
-        share=lim.share,
     )
 
 
@@ -81,7 +80,7 @@ class EppServer:
         self.connections: set[H2Connection] = set()
         self.limits = h2_limits(self.config)
         self.pool = MemoryPool(self.config.limits.process_memory_bytes)
-        self.turn = Turn(self.limits.slice_s, self.limits.share)  # the loop's time all EPP connections share
+        self.turn = Turn(self.limits.slice_s)  # the loop's time all EPP connections share
         token = self.config.auth_token
         self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
         self.listener = Listener(

@@ -6,6 +6,11 @@ a kind ``mix`` (``None``: the corpus default) and a temperature spec. Load shape
 shared schedule grammar of :mod:`gateway.workload.schedule` (``ramp:0.5-32:300,32:60``), so a
 ``--schedule`` on the command line and a named scenario are one mechanism.
 
+A scenario may also name the engine pair it runs on (:class:`Pair`: the speculative method,
+its config, the batch cap, and the engines' truth against the profile the router assumes,
+which may change with the batch); a field it leaves unset keeps the command line's, and a
+flag given on the command line overrides the scenario's.
+
 Arrivals are a Poisson process of time-varying rate, drawn by thinning: candidates at the
 phase's peak rate, each kept with probability rate(t) / peak. Requests come from one
 deterministic stream per (mix, temperature) pair, so two phases with the same mix and a
@@ -17,8 +22,9 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from gateway.workload import WorkloadRequest, iter_requests
 from gateway.workload.schedule import Schedule, parse_schedule
@@ -43,10 +49,35 @@ class Phase:
 
 
 @dataclass(frozen=True, slots=True)
+class Pair:
+    """The engine pair a scenario runs on, as ``specgate simulate``'s flags of the same names
+    set it; None leaves a field to the command line (or its default)."""
+
+    method: str | None = None  # --method
+    k: int | None = None  # -k / --num-speculative-tokens
+    spec_config: str | None = None  # --spec-config: a JSON object of more speculative-config keys
+    max_num_seqs: int | None = None  # --max-num-seqs
+    spec_cost_scale: float | None = None  # --spec-cost-scale: what speculation adds, × the profile's
+    spec_cost_slope: float | None = None  # --spec-cost-slope: ... × (batch ÷ 8) ** this
+    device_scale: float | None = None  # --device-scale: both engines' steps, × the profile's
+    device_scale_slope: float | None = None  # --device-scale-slope: ... × (batch ÷ 8) ** this
+
+    def describe(self) -> str:
+        """The fields set, as the command line's flags would read (empty: the default pair)."""
+        flags = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return " ".join(
+            f"{'-k' if name == 'k' else '--' + name.replace('_', '-')} {shlex.quote(str(value))}"
+            for name, value in flags
+            if value is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     description: str
     phases: tuple[Phase, ...]
+    pair: Pair = Pair()
 
     @property
     def duration_s(self) -> float:
@@ -68,7 +99,7 @@ class Scenario:
         if factor == 1:
             return self
         ph = tuple(replace(p, duration_s=p.duration_s * factor) for p in self.phases)
-        return Scenario(self.name, f"{self.description} (time × {factor:g})", ph)
+        return Scenario(self.name, f"{self.description} (time × {factor:g})", ph, self.pair)
 
     def qps_at(self, t: float) -> float:
         at = self.phase_at(t)
@@ -146,9 +177,12 @@ def get_scenario(name: str) -> Scenario:
 
 
 def describe_all() -> str:
-    """One line per named scenario: name, simulated length, description."""
+    """One line per named scenario: name, simulated length, description (and its engine pair,
+    where it names one, as flags)."""
     return "\n".join(
-        f"{s.name:<11} {s.duration_s / 60:5.1f} min  {s.description}" for s in SCENARIOS.values()
+        f"{s.name:<11} {s.duration_s / 60:5.1f} min  {s.description}"
+        + (f"\n{'':<22}{s.pair.describe()}" if s.pair.describe() else "")
+        for s in SCENARIOS.values()
     )
 
 

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from gateway.sim import cli_simulate
+from gateway.sim.plan import plan
 from gateway.sim.scenarios import (
     SCENARIOS,
+    Pair,
     Phase,
+    Scenario,
     arrival_times,
     from_schedule,
     get_scenario,
@@ -175,3 +178,47 @@ def test_sweep_over_seeds_reports_per_seed_ratios(tmp_path: Path) -> None:
     )
     md = (tmp_path / "results.md").read_text()
     assert "| QPS | seed 1 | seed 2 | max |" in md and "max over all points and seeds" in md
+
+
+def test_a_scenario_names_its_engine_pair_and_explicit_flags_override_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scenario's pair (method, k, spec config, batch cap, truth scales and slopes) reaches
+    every run; a flag given on the command line wins, even one equal to the flag's default."""
+    rates = '{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.4, 0.15, 0.05]}'
+    pair = Pair("eagle3", 3, rates, 64, 2.0, -0.8, 0.96, 0.18)
+    sc = Scenario("e3-test", "an EAGLE-3 day", from_schedule("ramp:1-4:10,4:5").phases, pair)
+    monkeypatch.setitem(SCENARIOS, sc.name, sc)
+    cfgs = plan(_args("--scenario", "e3-test", "--policies", "adaptive,always-spec")).configs
+    assert len(cfgs) == 2
+    for c in cfgs:
+        assert (c.method, c.k, c.max_num_seqs) == ("eagle3", 3, 64)
+        assert c.spec_extra == json.loads(rates)
+        assert (c.spec_cost_scale, c.spec_cost_slope, c.device_scale, c.device_scale_slope) == (
+            2.0,
+            -0.8,
+            0.96,
+            0.18,
+        )
+    flags = ("--max-num-seqs", "256", "--spec-cost-slope", "0", "-k", "2", "--device-scale", "1.5")
+    c = plan(_args("--scenario", "e3-test", "--policies", "adaptive", *flags)).configs[0]
+    assert (c.method, c.k, c.max_num_seqs) == ("eagle3", 2, 256)
+    assert (c.spec_cost_scale, c.spec_cost_slope, c.device_scale, c.device_scale_slope) == (
+        2.0,
+        0.0,
+        1.5,
+        0.18,
+    )
+    assert sc.scaled(0.5).pair == pair
+    assert "--method eagle3 -k 3" in pair.describe() and "--max-num-seqs 64" in pair.describe()
+    assert Pair().describe() == ""
+
+
+def test_a_scenario_without_a_pair_runs_the_default_or_the_command_lines() -> None:
+    c = plan(_args("--scenario", "mix-shift", "--policies", "adaptive")).configs[0]
+    assert (c.method, c.k, c.max_num_seqs, c.spec_extra, c.spec_cost_scale) == ("ngram", 5, 256, {}, 1.0)
+    args = _args("--scenario", "mix-shift", "--policies", "adaptive", "--method", "eagle3", "-k", "3")
+    c = plan(args).configs[0]
+    assert (c.method, c.k) == ("eagle3", 3)
+    with pytest.raises(ValueError, match="spec-cost-slope"):
+        plan(_args("--scenario", "mix-shift", "--spec-cost-slope", "2"))

@@ -222,3 +222,27 @@ def test_a_scenario_without_a_pair_runs_the_default_or_the_command_lines() -> No
     assert (c.method, c.k) == ("eagle3", 3)
     with pytest.raises(ValueError, match="spec-cost-slope"):
         plan(_args("--scenario", "mix-shift", "--spec-cost-slope", "2"))
+
+
+def test_the_eagle3_family_holds_issue_52s_days_and_errors_of_both_signs_on_both_engines() -> None:
+    family = [s for s in SCENARIOS.values() if s.pair.method == "eagle3"]
+    assert {(s.pair.k, s.pair.max_num_seqs) for s in family} == {(3, 64)}
+    r16, new = get_scenario("eagle3-round16"), get_scenario("eagle3-newuser")
+    assert [(p.start_qps, p.end_qps, p.duration_s) for p in r16.phases] == [
+        (1, 40, 40),
+        (40, 40, 20),
+        (40, 1, 40),
+    ]
+    assert [(p.start_qps, p.end_qps, p.duration_s) for p in new.phases] == [
+        (1, 48, 50),
+        (48, 48, 25),
+        (48, 1, 50),
+    ]
+    for sc, truth in ((r16, (2.0, -0.8, 0.96, 0.18)), (new, (1.7, -0.6, 1.05, 0.12))):
+        p = sc.pair
+        assert (p.spec_cost_scale, p.spec_cost_slope, p.device_scale, p.device_scale_slope) == truth
+    rates = {s.name: json.loads(s.pair.spec_config or "{}")["synthetic_acceptance_rates"] for s in family}
+    assert rates["eagle3-round16"] == [0.4, 0.15, 0.05] and rates["eagle3-newuser"] == [0.5, 0.25, 0.1]
+    slopes = [(s.pair.spec_cost_slope or 0.0, s.pair.device_scale_slope or 0.0) for s in family]
+    assert any(a > 0 for a, _ in slopes) and any(a < 0 for a, _ in slopes)  # spec's error grows / shrinks
+    assert any(b > 0 for _, b in slopes) and any(b < 0 for _, b in slopes)  # both engines' error, too

@@ -281,6 +281,10 @@ def run(args: argparse.Namespace, policies: list[str]) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if sc.pair.describe():
+        print(f"error: scenario {sc.name} names its own engine pair ({sc.pair.describe()}); the bench runs "
+              "the emulated n-gram pair: run it with specgate simulate", file=sys.stderr)  # fmt: skip
+        return 2
     if args.time_scale not in ("auto", "1", "1.0"):
         print("error: a scenario runs the emulator in real time (--time-scale 1): the gateway's "
               "routing keeps wall-clock time; shorten it with --scenario-scale", file=sys.stderr)  # fmt: skip

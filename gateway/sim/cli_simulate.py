@@ -15,22 +15,31 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
-from gateway.emulator.spec import parse_spec_config
-from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
 from gateway.sim.cli_scenario import run_scenario
+from gateway.sim.plan import DEFAULT_POLICIES, PAIR_DEFAULTS, POLICIES, plan
 from gateway.sim.records import SimConfig
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, seed_ratios, write_csv, write_json
 from gateway.sim.run import DYNAMIC_SD, simulate
-from gateway.sim.scenarios import Phase, describe_all, from_schedule, get_scenario
+from gateway.sim.scenarios import describe_all
 
-POLICIES = (*POLICY_NAMES, DYNAMIC_SD)
-DEFAULT_POLICIES = (ADAPTIVE, *STATIC_BASELINES)
+__all__ = ["DEFAULT_POLICIES", "POLICIES", "configure", "main"]
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default unless it is None (then its help says what applies)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def _pair(name: str) -> str:
+    """The help's note for an engine-pair flag (its default; a named scenario may set it)."""
+    return f" (default: {PAIR_DEFAULTS[name]}, or the scenario's; given here, it overrides the scenario's)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.formatter_class = _Help
     parser.add_argument("--qps", default="0.5,1,2,4,8,16,32", help="comma-separated arrival rates (req/s)")
     parser.add_argument(
         "--policies",
@@ -54,8 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--temperature", default="uniform:0:1", help="temperature distribution spec")
     parser.add_argument("--profile", default="h200-qwen3-8b", help="step-time profile of both engines")
-    parser.add_argument("--method", default="ngram", help="speculative method of the spec engine")
-    parser.add_argument("-k", "--num-speculative-tokens", dest="k", type=int, default=5)
+    parser.add_argument(
+        "--method", default=None, help="the spec engine's speculative method" + _pair("method")
+    )
+    parser.add_argument(
+        "-k", "--num-speculative-tokens", dest="k", type=int, default=None, help="k" + _pair("k")
+    )
     parser.add_argument(
         "--prompt-lookup-min",
         type=int,
@@ -73,12 +86,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spec-config",
-        default="{}",
+        default=None,
         help="JSON object of more speculative-config keys for the spec engine, as vLLM takes them, "
         "merged over --method and -k (e.g. synthetic acceptance: "
-        '\'{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.4, 0.15, 0.05]}\')',
+        '\'{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.4, 0.15, 0.05]}\')'
+        + _pair("spec_config"),
     )
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="both engines' max_num_seqs")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=None, help="both engines' max_num_seqs" + _pair("max_num_seqs")
+    )
     parser.add_argument(
         "--max-tokens-cap",
         type=int,
@@ -88,32 +104,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec-cost-scale",
         type=float,
-        default=1.0,
+        default=None,
         help="the simulated spec engine's truth: what speculation adds to a step (verifying drafts, "
         "drafting) as a multiple of the profile the router assumes; e.g. 0.5 (cheaper than the "
-        "router's prior) or 1.5 (dearer) to check that routing follows measured latency, not the model",
+        "router's prior) or 1.5 (dearer) to check that routing follows measured latency, not the model"
+        + _pair("spec_cost_scale"),
     )
     parser.add_argument(
         "--device-scale",
         type=float,
-        default=1.0,
+        default=None,
         help="the simulated device's truth: both engines' step times as a multiple of the profile the "
         "router assumes (e.g. 1.5: a slower GPU than the profile's), to check that an error common to "
-        "both engines does not count against the one that runs",
+        "both engines does not count against the one that runs" + _pair("device_scale"),
     )
     parser.add_argument(
         "--spec-cost-slope",
         type=float,
-        default=0.0,
+        default=None,
         help="how --spec-cost-scale changes with the batch: times (batch / 8) ** this; e.g. -0.8 for "
-        "a drafter whose excess over the profile shrinks at large batches (a real H100, round 16)",
+        "a drafter whose excess over the profile shrinks at large batches (a real H100, round 16)"
+        + _pair("spec_cost_slope"),
     )
     parser.add_argument(
         "--device-scale-slope",
         type=float,
-        default=0.0,
+        default=None,
         help="how --device-scale changes with the batch: times (batch / 8) ** this; e.g. 0.18 for a "
-        "device that falls behind the profile as the batch grows (a real H100, round 16)",
+        "device that falls behind the profile as the batch grows (a real H100, round 16)"
+        + _pair("device_scale_slope"),
     )
     parser.add_argument(
         "--spec-overhead-ms",
@@ -192,113 +211,18 @@ def _point(cfg: SimConfig) -> dict[str, float | int | str]:
     return row
 
 
-def _sim_config(
-    args: argparse.Namespace,
-    qps: float,
-    policy: str,
-    duration_s: float,
-    routing: dict[str, object],
-    phases: tuple[Phase, ...] = (),
-    seed: int | None = None,
-) -> SimConfig:
-    """One run's config from the command line (``routing`` only for the adaptive policy)."""
-    return SimConfig(
-        qps=qps,
-        policy=policy,
-        duration_s=duration_s,
-        seed=args.seed if seed is None else seed,
-        mix=args.mix,
-        temperature=args.temperature,
-        profile=args.profile,
-        method=args.method,
-        k=args.k,
-        prompt_lookup_min=args.prompt_lookup_min,
-        prompt_lookup_max=args.prompt_lookup_max,
-        spec_cost_scale=args.spec_cost_scale,
-        device_scale=args.device_scale,
-        spec_cost_slope=args.spec_cost_slope,
-        device_scale_slope=args.device_scale_slope,
-        spec_extra=json.loads(args.spec_config),
-        spec_overhead_ms=args.spec_overhead_ms,
-        max_num_seqs=args.max_num_seqs,
-        max_tokens_cap=args.max_tokens_cap,
-        routing=routing if policy == ADAPTIVE else {},
-        phases=phases,
-        warmup_s=args.warmup,
-        replicas=args.replicas or 1,
-        replicas_reported=args.replicas is not None,
-        peers=args.peers,
-        peer_lag_s=args.peer_lag_ms / 1000.0,
-        dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
-    )
-
-
 def main(args: argparse.Namespace) -> int:
-    try:
-        qps = [float(x) for x in str(args.qps).split(",") if x.strip()]
-        routing = json.loads(args.routing)
-        if not isinstance(routing, dict):
-            raise ValueError("--routing must be a JSON object")
-        extra = json.loads(args.spec_config)
-        if not isinstance(extra, dict):
-            raise ValueError("--spec-config must be a JSON object")
-        parse_spec_config({"method": args.method, "num_speculative_tokens": args.k, **extra})
-        if not 1 <= args.max_num_seqs <= 4096:
-            raise ValueError("--max-num-seqs must be 1..4096")
-        if not 1 <= args.max_tokens_cap <= 32768:
-            raise ValueError("--max-tokens-cap must be 1..32768")
-        if not 0.0 <= args.spec_overhead_ms <= 1000.0:
-            raise ValueError("--spec-overhead-ms must be within 0..1000")
-        check_spec_cost_scale(args.spec_cost_scale, "--spec-cost-scale")
-        check_spec_cost_scale(args.device_scale, "--device-scale")
-        for flag, v in (
-            ("--spec-cost-slope", args.spec_cost_slope),
-            ("--device-scale-slope", args.device_scale_slope),
-        ):
-            if not -SLOPE_MAX <= v <= SLOPE_MAX:
-                raise ValueError(f"{flag} must be within ±{SLOPE_MAX:g}")
-        if args.dynamic_sd_max_batch < 1:
-            raise ValueError("--dynamic-sd-max-batch must be >= 1")
-        if args.replicas is not None and not 1 <= args.replicas <= 64:
-            raise ValueError("--replicas must be 1..64")
-    except ValueError as exc:
-        print(f"specgate simulate: {exc}", file=sys.stderr)
-        return 2
-    scenario = bool(args.scenario or args.schedule)
-    default = ",".join(DEFAULT_POLICIES) + (f",{DYNAMIC_SD}" if scenario else "")
-    policies = [p.strip() for p in str(args.policies or default).split(",") if p.strip()]
     if args.scenario == "list":
         print(describe_all())
         return 0
-    bad = [p for p in policies if p not in POLICIES]
-    if scenario:
-        try:
-            if args.scenario and args.schedule:
-                raise ValueError("give --scenario or --schedule, not both")
-            sc = get_scenario(args.scenario) if args.scenario else from_schedule(str(args.schedule))
-            sc = sc.scaled(args.time_scale)
-            if bad or not policies:
-                raise ValueError(f"bad --policies {bad}")
-        except ValueError as exc:
-            print(f"specgate simulate: {exc}", file=sys.stderr)
-            return 2
-        dur = sc.duration_s
-        cfgs = [_sim_config(args, sc.phases[0].start_qps, p, dur, routing, sc.phases) for p in policies]
-        return run_scenario(args, sc, cfgs)
     try:
-        seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()] if args.seeds else [args.seed]
-    except ValueError:
-        print(f"specgate simulate: bad --seeds {args.seeds!r}", file=sys.stderr)
+        p = plan(args)
+    except ValueError as exc:
+        print(f"specgate simulate: {exc}", file=sys.stderr)
         return 2
-    if bad or not qps or any(q <= 0 for q in qps) or args.duration <= 0:
-        print(f"specgate simulate: bad --policies {bad} or --qps/--duration", file=sys.stderr)
-        return 2
-    cfgs = [
-        _sim_config(args, q, p, args.duration, routing, seed=sd)
-        for sd in seeds
-        for q in qps
-        for p in policies
-    ]
+    if p.scenario is not None:
+        return run_scenario(p.args, p.scenario, p.configs)
+    args, seeds, cfgs = p.args, p.seeds, p.configs
     t0 = time.monotonic()
 
     def progress(r: dict[str, float | int | str]) -> None:
@@ -330,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
         "profile": args.profile,
         "method": args.method,
         "k": args.k,
-        "routing": routing,
+        "routing": json.loads(args.routing),
         "warmup_s": args.warmup,
         "wall_s": round(time.monotonic() - t0, 1),
     }

@@ -6,6 +6,11 @@ a kind ``mix`` (``None``: the corpus default) and a temperature spec. Load shape
 shared schedule grammar of :mod:`gateway.workload.schedule` (``ramp:0.5-32:300,32:60``), so a
 ``--schedule`` on the command line and a named scenario are one mechanism.
 
+A scenario may also name the engine pair it runs on (:class:`Pair`: the speculative method,
+its config, the batch cap, and the engines' truth against the profile the router assumes,
+which may change with the batch); a field it leaves unset keeps the command line's, and a
+flag given on the command line overrides the scenario's.
+
 Arrivals are a Poisson process of time-varying rate, drawn by thinning: candidates at the
 phase's peak rate, each kept with probability rate(t) / peak. Requests come from one
 deterministic stream per (mix, temperature) pair, so two phases with the same mix and a
@@ -15,10 +20,13 @@ arrivals and requests.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from gateway.workload import WorkloadRequest, iter_requests
 from gateway.workload.schedule import Schedule, parse_schedule
@@ -43,10 +51,35 @@ class Phase:
 
 
 @dataclass(frozen=True, slots=True)
+class Pair:
+    """The engine pair a scenario runs on, as ``specgate simulate``'s flags of the same names
+    set it; None leaves a field to the command line (or its default)."""
+
+    method: str | None = None  # --method
+    k: int | None = None  # -k / --num-speculative-tokens
+    spec_config: str | None = None  # --spec-config: a JSON object of more speculative-config keys
+    max_num_seqs: int | None = None  # --max-num-seqs
+    spec_cost_scale: float | None = None  # --spec-cost-scale: what speculation adds, × the profile's
+    spec_cost_slope: float | None = None  # --spec-cost-slope: ... × (batch ÷ 8) ** this
+    device_scale: float | None = None  # --device-scale: both engines' steps, × the profile's
+    device_scale_slope: float | None = None  # --device-scale-slope: ... × (batch ÷ 8) ** this
+
+    def describe(self) -> str:
+        """The fields set, as the command line's flags would read (empty: the default pair)."""
+        flags = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return " ".join(
+            f"{'-k' if name == 'k' else '--' + name.replace('_', '-')} {shlex.quote(str(value))}"
+            for name, value in flags
+            if value is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     description: str
     phases: tuple[Phase, ...]
+    pair: Pair = Pair()
 
     @property
     def duration_s(self) -> float:
@@ -68,7 +101,7 @@ class Scenario:
         if factor == 1:
             return self
         ph = tuple(replace(p, duration_s=p.duration_s * factor) for p in self.phases)
-        return Scenario(self.name, f"{self.description} (time × {factor:g})", ph)
+        return Scenario(self.name, f"{self.description} (time × {factor:g})", ph, self.pair)
 
     def qps_at(self, t: float) -> float:
         at = self.phase_at(t)
@@ -100,6 +133,69 @@ EDITS = "edit=1"
 CHAT = "chat=1"
 DAY32 = "ramp:0.5-32:300,32:60,ramp:32-0.5:300"
 DAY48 = "ramp:0.5-48:300,48:60,ramp:48-0.5:300"
+
+
+def _eagle3(name: str, description: str, truth: tuple[float, float, float, float], **kw: Any) -> Scenario:
+    """A short EAGLE-3 day whose engines err against the profile by a batch-dependent amount:
+    ``truth`` is (spec cost scale, its slope, device scale, its slope), each scale × (batch ÷ 8)
+    ** its slope. Default mix, T uniform 0–1, k=3, synthetic acceptance (AL 1.6), batch cap 64."""
+    rates = kw.pop("rates", (0.4, 0.15, 0.05))
+    spec_config = json.dumps({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates})
+    pair = Pair("eagle3", 3, spec_config, 64, *truth)
+    return Scenario(name, description, _sched(kw.pop("schedule", E3DAY), None, "uniform:0:1"), pair)
+
+
+# The EAGLE-3 family: days where the engines' errors against the router's profile change
+# with the batch, as real GPUs' do (rounds 15-16: an H100's speculation cost 1.4 × its
+# profile at 10 in flight and 1.24 × at 64). Both signs, on the spec engine alone and on
+# both engines; the pair is judged on the family, not on one of them (issue 52).
+E3DAY = "ramp:1-40:40,40:20,ramp:40-1:40"
+EAGLE3_DAYS = (
+    _eagle3(
+        "eagle3-round16",
+        "round 16's H100 (README): speculation 2 × the profile at batch 8, its excess shrinking "
+        "(slope −0.8); the device 0.96 ×, falling behind as the batch grows (0.18)",
+        (2.0, -0.8, 0.96, 0.18),
+    ),
+    _eagle3(
+        "eagle3-newuser",
+        "a variant as a new user would try: speculation 1.7 × (slope −0.6), device 1.05 × (0.12), "
+        "AL 1.85, a longer day to 48 QPS",
+        (1.7, -0.6, 1.05, 0.12),
+        rates=(0.5, 0.25, 0.1),
+        schedule="ramp:1-48:50,48:25,ramp:48-1:50",
+    ),
+    _eagle3(
+        "eagle3-spec-shrink",
+        "speculation dearer than the profile at light load, nearing it at the peak: 1.6 × at "
+        "batch 8, slope −0.5; the device as the profile",
+        (1.6, -0.5, 1.0, 0.0),
+    ),
+    _eagle3(
+        "eagle3-spec-grow",
+        "speculation cheaper than the profile at light load, dearer at the peak: 0.7 × at batch "
+        "8, slope +0.4; the device as the profile",
+        (0.7, 0.4, 1.0, 0.0),
+    ),
+    _eagle3(
+        "eagle3-device-grow",
+        "both engines faster than the profile at light load, slower at the peak: device 0.9 × "
+        "at batch 8, slope +0.25; speculation as the profile",
+        (1.0, 0.0, 0.9, 0.25),
+    ),
+    _eagle3(
+        "eagle3-device-shrink",
+        "both engines slower than the profile at light load, faster at the peak: device 1.3 × "
+        "at batch 8, slope −0.2; speculation as the profile",
+        (1.0, 0.0, 1.3, -0.2),
+    ),
+    _eagle3(
+        "eagle3-crossed",
+        "speculation's error grows with the batch (0.8 ×, slope +0.5) while the device's "
+        "shrinks (1.2 ×, slope −0.15)",
+        (0.8, 0.5, 1.2, -0.15),
+    ),
+)
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -134,6 +230,7 @@ SCENARIOS: dict[str, Scenario] = {
             "load step 2 → 32 → 2 QPS (240 s each), default mix, T uniform 0–1",
             _sched("2:240,32:240,2:240", None, "uniform:0:1"),
         ),
+        *EAGLE3_DAYS,
     )
 }
 
@@ -146,9 +243,13 @@ def get_scenario(name: str) -> Scenario:
 
 
 def describe_all() -> str:
-    """One line per named scenario: name, simulated length, description."""
+    """One line per named scenario: name, simulated length, description (and its engine pair,
+    where it names one, as flags)."""
+    w = max(len(name) for name in SCENARIOS)
     return "\n".join(
-        f"{s.name:<11} {s.duration_s / 60:5.1f} min  {s.description}" for s in SCENARIOS.values()
+        f"{s.name:<{w}} {s.duration_s / 60:5.1f} min  {s.description}"
+        + (f"\n{'':<{w + 11}}{s.pair.describe()}" if s.pair.describe() else "")
+        for s in SCENARIOS.values()
     )
 
 

@@ -226,6 +226,7 @@ def test_scenario_comparison_is_bench_over_simulator() -> None:
         ["--scenario", "mix-shift", "--scenario-scale", "0"],
         ["--scenario", "mix-shift", "--replicas", "9"],
         ["--replicas", "2"],  # replicas are a scenario run's
+        ["--scenario", "eagle3-round16"],  # a scenario with its own engine pair: the simulator's
     ],
 )
 def test_bad_scenario_arguments_are_refused(

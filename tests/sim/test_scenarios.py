@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from gateway.sim import cli_simulate
+from gateway.sim.plan import plan
 from gateway.sim.scenarios import (
     SCENARIOS,
+    Pair,
     Phase,
+    Scenario,
     arrival_times,
     from_schedule,
     get_scenario,
@@ -175,3 +178,71 @@ def test_sweep_over_seeds_reports_per_seed_ratios(tmp_path: Path) -> None:
     )
     md = (tmp_path / "results.md").read_text()
     assert "| QPS | seed 1 | seed 2 | max |" in md and "max over all points and seeds" in md
+
+
+def test_a_scenario_names_its_engine_pair_and_explicit_flags_override_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scenario's pair (method, k, spec config, batch cap, truth scales and slopes) reaches
+    every run; a flag given on the command line wins, even one equal to the flag's default."""
+    rates = '{"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.4, 0.15, 0.05]}'
+    pair = Pair("eagle3", 3, rates, 64, 2.0, -0.8, 0.96, 0.18)
+    sc = Scenario("e3-test", "an EAGLE-3 day", from_schedule("ramp:1-4:10,4:5").phases, pair)
+    monkeypatch.setitem(SCENARIOS, sc.name, sc)
+    cfgs = plan(_args("--scenario", "e3-test", "--policies", "adaptive,always-spec")).configs
+    assert len(cfgs) == 2
+    for c in cfgs:
+        assert (c.method, c.k, c.max_num_seqs) == ("eagle3", 3, 64)
+        assert c.spec_extra == json.loads(rates)
+        assert (c.spec_cost_scale, c.spec_cost_slope, c.device_scale, c.device_scale_slope) == (
+            2.0,
+            -0.8,
+            0.96,
+            0.18,
+        )
+    flags = ("--max-num-seqs", "256", "--spec-cost-slope", "0", "-k", "2", "--device-scale", "1.5")
+    c = plan(_args("--scenario", "e3-test", "--policies", "adaptive", *flags)).configs[0]
+    assert (c.method, c.k, c.max_num_seqs) == ("eagle3", 2, 256)
+    assert (c.spec_cost_scale, c.spec_cost_slope, c.device_scale, c.device_scale_slope) == (
+        2.0,
+        0.0,
+        1.5,
+        0.18,
+    )
+    assert sc.scaled(0.5).pair == pair
+    assert "--method eagle3 -k 3" in pair.describe() and "--max-num-seqs 64" in pair.describe()
+    assert Pair().describe() == ""
+
+
+def test_a_scenario_without_a_pair_runs_the_default_or_the_command_lines() -> None:
+    c = plan(_args("--scenario", "mix-shift", "--policies", "adaptive")).configs[0]
+    assert (c.method, c.k, c.max_num_seqs, c.spec_extra, c.spec_cost_scale) == ("ngram", 5, 256, {}, 1.0)
+    args = _args("--scenario", "mix-shift", "--policies", "adaptive", "--method", "eagle3", "-k", "3")
+    c = plan(args).configs[0]
+    assert (c.method, c.k) == ("eagle3", 3)
+    with pytest.raises(ValueError, match="spec-cost-slope"):
+        plan(_args("--scenario", "mix-shift", "--spec-cost-slope", "2"))
+
+
+def test_the_eagle3_family_holds_issue_52s_days_and_errors_of_both_signs_on_both_engines() -> None:
+    family = [s for s in SCENARIOS.values() if s.pair.method == "eagle3"]
+    assert {(s.pair.k, s.pair.max_num_seqs) for s in family} == {(3, 64)}
+    r16, new = get_scenario("eagle3-round16"), get_scenario("eagle3-newuser")
+    assert [(p.start_qps, p.end_qps, p.duration_s) for p in r16.phases] == [
+        (1, 40, 40),
+        (40, 40, 20),
+        (40, 1, 40),
+    ]
+    assert [(p.start_qps, p.end_qps, p.duration_s) for p in new.phases] == [
+        (1, 48, 50),
+        (48, 48, 25),
+        (48, 1, 50),
+    ]
+    for sc, truth in ((r16, (2.0, -0.8, 0.96, 0.18)), (new, (1.7, -0.6, 1.05, 0.12))):
+        p = sc.pair
+        assert (p.spec_cost_scale, p.spec_cost_slope, p.device_scale, p.device_scale_slope) == truth
+    rates = {s.name: json.loads(s.pair.spec_config or "{}")["synthetic_acceptance_rates"] for s in family}
+    assert rates["eagle3-round16"] == [0.4, 0.15, 0.05] and rates["eagle3-newuser"] == [0.5, 0.25, 0.1]
+    slopes = [(s.pair.spec_cost_slope or 0.0, s.pair.device_scale_slope or 0.0) for s in family]
+    assert any(a > 0 for a, _ in slopes) and any(a < 0 for a, _ in slopes)  # spec's error grows / shrinks
+    assert any(b > 0 for _, b in slopes) and any(b < 0 for _, b in slopes)  # both engines' error, too

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from gateway.sim import SimConfig, cli_simulate, simulate
+from gateway.sim.plan import sim_config
 from gateway.sim.run import arrivals
 from gateway.sim.scenarios import Phase
 
@@ -66,7 +67,7 @@ def test_cli_caps_every_answer_at_max_tokens_cap() -> None:
     parser = argparse.ArgumentParser()
     cli_simulate.configure(parser)
     args = parser.parse_args(["--qps", "2", "--duration", "6", "--warmup", "0", "--max-tokens-cap", "16"])
-    capped = simulate(cli_simulate._sim_config(args, 2.0, "always-base", 6.0, {}))
+    capped = simulate(sim_config(args, 2.0, "always-base", 6.0))
     done = [r for r in capped.records if r.finished_at is not None]
     assert done and max(r.output_tokens for r in done) == 16
 

@@ -10,7 +10,9 @@ accepting (the kernel's backlog waits):
   each strike (1 s, 2 s, ... up to 60 s), so that reconnecting does not buy a flood a fresh
   budget every time;
 - at most ``accepts_per_s`` connections accepted a second (a burst of as many), refused
-  ones included: past it the next waits in the kernel's backlog.
+  ones included: past it the next waits in the kernel's backlog;
+- a refused socket is closed in a worker thread: its close frees what the peer sent before
+  it was accepted (a flood's bytes), kernel work the event loop need not wait for.
 
 TLS handshakes run each in its own task, so a peer that stalls its handshake holds no one
 else's connection.
@@ -25,6 +27,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,13 @@ class Listener:
         self._sock: socket.socket | None = None
         self._task: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._closer: ThreadPoolExecutor | None = None
+
+    def _refuse(self, sock: socket.socket) -> None:
+        self.refused += 1
+        if self._closer is None:
+            self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-refuse")
+        self._closer.submit(sock.close)
 
     def strike(self, host: str, now: float) -> None:
         """``host`` crossed a budget or broke the protocol: refuse it for a while (longer each
@@ -96,6 +106,9 @@ class Listener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._closer is not None:
+            self._closer.shutdown(wait=False)
+            self._closer = None
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,8 +131,7 @@ class Listener:
                 now = time.monotonic()
             host = addr[0] if isinstance(addr, tuple) and addr else ""
             if self.refusing(host, now) or self.open + len(self._handshakes) >= self.max_connections:
-                self.refused += 1
-                sock.close()
+                self._refuse(sock)
                 continue
             sock.setblocking(False)
             with contextlib.suppress(OSError):

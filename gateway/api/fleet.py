@@ -85,6 +85,11 @@ class PairWorkers:
         checker.start()
         return [scraper, checker]
 
+    @property
+    def watched(self) -> set[str]:
+        """The engines being scraped and health-checked now."""
+        return {rt.name for rt in self._workers}
+
     async def stop(self, pair: PairRuntime) -> None:
         for rt in pair.engines:
             for w in self._workers.pop(rt, []):

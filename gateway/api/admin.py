@@ -185,7 +185,7 @@ async def reload(request: web.Request) -> web.Response:
     with what was applied and what waits for a restart, 422 when the new configuration is
     refused (the old one keeps serving), 409 when the gateway has no configuration source."""
     st = request.app[STATE]
-    await _admin_body(request, st.config.server)
+    check_admin(request, st.config.server)  # no body: what to load is the configuration's source
     if st.reloader is None:
         raise ApiError(
             409, "this gateway was started without a configuration source to reload", code="not_reloadable"

@@ -186,7 +186,7 @@ async def _startup(app: web.Application) -> None:
     if state.discovery is not None:
         state.discovery.start()
     if state.reloader is not None:
-        state.reloader.start()
+        await state.reloader.start()
 
 
 async def _cleanup(app: web.Application) -> None:

@@ -177,7 +177,7 @@ class Reloader:
         self.restart_needed = p.restart_needed
         if self._watch is not None and self._watch.done():
             self._watch = None
-        self.start()  # the watch may have been turned on
+        await self.start()  # the watch may have been turned on
         log.info("config reload (%s): %d change(s) applied", trigger, len(p.applied))
         if p.restart_needed:
             log.warning(
@@ -188,9 +188,11 @@ class Reloader:
         return Outcome(trigger, True, applied=p.applied, restart_needed=p.restart_needed)
 
     # -- the file watch ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Watch the file when ``fleet.watch_config_s`` is set (on the running loop)."""
+    async def start(self) -> None:
+        """Watch the file when ``fleet.watch_config_s`` is set: its state now is the baseline
+        (a change before the gateway started is not seen: SIGHUP applies it)."""
         if self.source.path is not None and self._current().fleet.watch_config_s > 0 and self._watch is None:
+            await self.check_file()
             self._watch = asyncio.get_running_loop().create_task(self._watching(), name="config watch")
 
     @property
@@ -205,7 +207,6 @@ class Reloader:
                 await task
 
     async def _watching(self) -> None:
-        await self.check_file()  # the state the gateway started from
         while (interval := self._current().fleet.watch_config_s) > 0:  # a reload may turn it off
             await asyncio.sleep(interval)
             if await self.check_file():

@@ -107,7 +107,10 @@ class KubernetesSource:
             resp: Any = await api.list_namespaced_endpoint_slice(  # raw: _preload_content=False
                 self.namespace, label_selector=self.cfg.selector, _preload_content=False
             )
-            listed = json.loads(await resp.read())
+            raw = await resp.read()
+            if resp.status != 200:  # never read an error as "no pods": that would drain the fleet
+                raise RuntimeError(f"listing EndpointSlices: HTTP {resp.status}: {raw[:200]!r}")
+            listed = json.loads(raw)
             self.slices = {s["metadata"]["name"]: s for s in listed.get("items") or []}
             self.status["lists"] = int(str(self.status["lists"])) + 1
             self.status["error"] = None

@@ -113,9 +113,12 @@ async def test_post_admin_reload_applies_pairs_and_refuses_an_invalid_file(tmp_p
 
 async def test_reload_needs_a_source_and_an_admin(tmp_path: Path) -> None:
     config = GatewayConfig.model_validate(data(pair("a", 9000)))
-    async with gateway(config) as (server, _), aiohttp.ClientSession() as http:
-        async with http.post(str(server.make_url("/admin/reload"))) as r:
-            assert r.status == 409
+    async with (
+        gateway(config) as (server, _),
+        aiohttp.ClientSession() as http,
+        http.post(str(server.make_url("/admin/reload"))) as r,
+    ):
+        assert r.status == 409
     keyed = GatewayConfig.model_validate(
         data(pair("a", 9000), server={"port": 0, "admin_keys": ["admin-key-01"]})
     )

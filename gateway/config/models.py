@@ -364,13 +364,6 @@ class ModelConfig(_Strict):
             raise ValueError(f"pair name {dup!r} appears twice (give each pair its own 'name')")
         return v
 
-    @property
-    def speculates(self) -> bool | None:
-        """Whether the model's pairs have a spec engine (None: no pair declared yet)."""
-        if self.pairs:
-            return self.pairs[0].spec is not None
-        return None if self.discovery is None else self.discovery.spec is not None
-
 
 class PeersConfig(_Strict):
     """The optional peer channel between gateway replicas (gateway.peers)."""

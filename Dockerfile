@@ -23,14 +23,15 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 # Build the wheel, then install it (and its pinned-by-range dependencies, all of which
-# ship wheels: aiohttp, uvloop, pydantic-core, ...; with the peer channel's Redis client
-# and both OTLP trace exporters, http/protobuf and gRPC) into /opt/specgate.
+# ship wheels: aiohttp, uvloop, pydantic-core, ...; with the peer channel's Redis client,
+# both OTLP trace exporters (http/protobuf and gRPC) and the Kubernetes client that
+# discovery from EndpointSlices uses) into /opt/specgate.
 # Byte-code is compiled here because the runtime root filesystem is read-only.
 RUN python -m pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/specgate \
- && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers,otlp]" \
+ && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers,otlp,k8s]" \
  && /opt/specgate/bin/python -m pip uninstall -y pip setuptools wheel \
- && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, brotli, redis.asyncio, gateway.cli" \
+ && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, brotli, redis.asyncio, kubernetes_asyncio.watch, gateway.cli" \
  && /opt/specgate/bin/python -c "import opentelemetry.exporter.otlp.proto.grpc.trace_exporter, opentelemetry.exporter.otlp.proto.http.trace_exporter" \
  && python -m compileall -q /opt/specgate
 

@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "proxy": 4,  # forwards to engines: attempts, failover, relays (data path, after routing)
     "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model
     "peers": 4,  # the optional channel between gateway replicas (beside the data path)
+    "fleet": 4,  # pairs that join and leave: the live registry, config reloads, discovery sources
     # 5  the surface, and the benchmark that drives it through sockets.
     "api": 5,  # the surfaces (OpenAI HTTP; Envoy's ext_proc in api/epp): admit, decide, forward, learn
     "bench": 5,  # QPS sweeps and scenarios through real sockets (runs the gateway as processes)
@@ -69,7 +70,7 @@ LAYERS: dict[str, int] = {
 }
 
 # Packages below routing's decisions on the data path: they speak its vocabulary only.
-ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry", "peers"})
+ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry", "peers", "fleet"})
 ROUTING_VOCABULARY = "gateway.routing.types"
 
 
@@ -267,6 +268,6 @@ def test_the_checks_catch_a_cycle_and_an_upward_import() -> None:
 
 def test_the_graph_holds_the_known_edges(edges: list[Edge]) -> None:
     pairs = {(e[0], e[1]) for e in edges}
-    # a module-level import, a function-level one (api/app.py starts the workers lazily)
+    # a module-level import, a function-level one (api/fleet.py starts the workers lazily)
     assert ("api", "proxy") in pairs
-    assert any(e[3] == "gateway.engines.health" and e[2].startswith("gateway/api/app.py") for e in edges)
+    assert any(e[3] == "gateway.engines.health" and e[2].startswith("gateway/api/fleet.py") for e in edges)

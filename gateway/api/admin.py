@@ -1,5 +1,5 @@
-"""Admin endpoints: ``GET /admin/state``, ``GET /admin/advice``, ``POST /admin/route`` and
-``POST /admin/drain``.
+"""Admin endpoints: ``GET /admin/state``, ``GET /admin/advice``, ``POST /admin/route``,
+``POST /admin/drain`` and ``POST /admin/reload``.
 
 All need an admin key (``server.admin_keys``, separate from client keys). When no
 admin key is configured they answer only a gateway listening on loopback, to loopback
@@ -21,6 +21,7 @@ from gateway.api.epp.server import EPP
 from gateway.api.features import parse_json
 from gateway.api.state import STATE
 from gateway.config.models import ServerConfig
+from gateway.fleet.reload import Reloader
 from gateway.proxy.move import Asked
 from gateway.routing.steptime import get_step_model
 from gateway.routing.types import RouteOverride
@@ -31,11 +32,19 @@ async def state(request: web.Request) -> web.Response:
     st = request.app[STATE]
     check_admin(request, st.config.server)
     now = time.monotonic()
+    models = {name: m.state(now) for name, m in st.models.items()}
+    for name, m in models.items():
+        if st.fleet is not None:
+            m["fleet"] = st.fleet.state(name)
+        found = st.discovery.state(name) if st.discovery is not None else None
+        if found is not None:
+            m["discovery"] = found
     body = {
         "inflight": st.inflight,
         "max_concurrency": st.config.server.max_concurrency,
         "uptime_s": round(time.time() - st.started_at, 3),
-        "models": {name: m.state(now) for name, m in st.models.items()},
+        "models": models,
+        "config": reload_state(st.reloader),
     }
     if st.peers is not None:
         body["peers"] = st.peers.state()
@@ -140,6 +149,11 @@ async def drain(request: web.Request) -> web.Response:
     if not isinstance(move, bool):
         raise ApiError(400, "'move' must be a boolean", param="move", code="invalid_value")
     engine = model.engines[name]
+    pair = model.pair_of(name)
+    if pair is not None and pair.leaving and not flag:
+        raise ApiError(
+            409, f"engine {name} belongs to pair {pair.name}, which is leaving", code="pair_leaving"
+        )
     engine.draining = flag
     board = st.moves.get(model.name)
     asked = board.move(engine=name) if move and board is not None else Asked(0, 0)
@@ -151,3 +165,34 @@ async def drain(request: web.Request) -> web.Response:
         "moving_later": asked.later,
     }
     return web.Response(body=json.dumps(out).encode(), content_type="application/json")
+
+
+def reload_state(reloader: Reloader | None) -> dict[str, object]:
+    """The configuration's reload state: whether it can reload, the last outcome, and the
+    settings changed since the start that wait for a restart."""
+    if reloader is None:
+        return {"reloadable": False}
+    return {
+        "reloadable": True,
+        "watched": reloader.source.path is not None and reloader.watching,
+        "last_reload": None if reloader.last is None else reloader.last.as_dict(),
+        "restart_needed": list(reloader.restart_needed),
+    }
+
+
+async def reload(request: web.Request) -> web.Response:
+    """Re-read the configuration (file, environment, flags) and apply it as SIGHUP does: 200
+    with what was applied and what waits for a restart, 422 when the new configuration is
+    refused (the old one keeps serving), 409 when the gateway has no configuration source."""
+    st = request.app[STATE]
+    check_admin(request, st.config.server)  # no body: what to load is the configuration's source
+    if st.reloader is None:
+        raise ApiError(
+            409, "this gateway was started without a configuration source to reload", code="not_reloadable"
+        )
+    outcome = await st.reloader.reload("POST /admin/reload")
+    return web.Response(
+        status=200 if outcome.ok else 422,
+        body=json.dumps(outcome.as_dict()).encode(),
+        content_type="application/json",
+    )

@@ -11,7 +11,6 @@ upstream request is closed while the engine is still working.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,16 +21,21 @@ from aiohttp import web
 from gateway.advisor.metrics import AdviceCollector
 from gateway.api import admin, routes, tokens
 from gateway.api.completions import chat_completions, completions, responses
+from gateway.api.fleet import PairWorkers, apply_config
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
-from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.engines.runtime import ModelRuntime
+from gateway.fleet.dns import Resolver
+from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.reload import ConfigSource, Reloader
+from gateway.fleet.sources import Discovery
 from gateway.peers.bus import PeerBus
 from gateway.peers.metrics import PeerCollector
 from gateway.peers.service import PeerService
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy, Route
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
-from gateway.telemetry.wiring import attach_models, with_scrape_telemetry
+from gateway.telemetry.wiring import attach_models
 from gateway.wire.errors import ApiError, error_response
 from gateway.wire.headers import REQUEST_ID
 
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 RUNNER_KWARGS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+WORKERS: web.AppKey[PairWorkers] = web.AppKey("specgate_pair_workers", PairWorkers)
 
 
 @web.middleware
@@ -86,9 +91,14 @@ def build_app(
     telemetry: Telemetry | None = None,
     policies: Mapping[str, Policy] | None = None,
     peer_bus: PeerBus | None = None,
+    config_source: ConfigSource | None = None,
+    resolver: Resolver | None = None,
 ) -> web.Application:
     """The gateway application for ``config``. ``policies`` overrides a model's policy by name;
-    ``peer_bus`` joins the replicas through that bus instead of ``peers.url``'s Redis."""
+    ``peer_bus`` joins the replicas through that bus instead of ``peers.url``'s Redis;
+    ``config_source`` re-reads the configuration for a reload (SIGHUP, ``POST /admin/reload``,
+    ``fleet.watch_config_s``; without it the gateway cannot reload); ``resolver`` replaces
+    the DNS discovery's ``getaddrinfo`` (tests)."""
     models: dict[str, ModelRuntime] = {}
     for m in config.models:
         policy = (policies or {}).get(m.name) or build_policy(m.routing)
@@ -111,6 +121,13 @@ def build_app(
         handler_args={"auto_decompress": False},
     )
     app[STATE] = state
+    app[WORKERS] = workers = PairWorkers(state)
+    state.fleet = FleetRegistry(state.models, config.fleet, workers)
+    state.discovery = Discovery(state.fleet, resolver=resolver)
+    for m in config.models:
+        state.discovery.update(m.name, m.discovery)
+    if config_source is not None:
+        state.reloader = Reloader(config_source, lambda: state.config, lambda new: apply_config(state, new))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)
@@ -125,6 +142,7 @@ def build_app(
     app.router.add_get("/admin/advice", admin.advice)
     app.router.add_post("/admin/route", admin.set_route)
     app.router.add_post("/admin/drain", admin.drain)
+    app.router.add_post("/admin/reload", admin.reload)
     app.on_response_prepare.append(_with_request_id)
     app.on_startup.append(_startup)
     app.on_cleanup.append(_cleanup)
@@ -155,71 +173,33 @@ def _peer_service(config: GatewayConfig, state: GatewayState, bus: PeerBus | Non
     return PeerService(config.peers, bus, state.models, on_move=move)
 
 
-def _scrape_sink(rt: EngineRuntime) -> Callable[[Any], None]:
-    def update(s: Any) -> None:  # a gateway.engines.stats.ScrapeState
-        rt.scrape = s
-
-    return update
-
-
-def _health_sink(rt: EngineRuntime) -> Callable[[bool], None]:
-    def change(healthy: bool) -> None:
-        rt.active_healthy = healthy
-        log.warning("engine %s is %s", rt.name, "up" if healthy else "DOWN (health check)")
-
-    return change
-
-
-def _start_workers(state: GatewayState) -> None:
-    from gateway.engines.health import HealthChecker
-    from gateway.engines.scraper import MetricsScraper
-
-    sc = state.config.scrape
-    for m in state.models.values():
-        for rt in m.engines.values():
-            session = state.pool.control(rt.name)  # not the request pool: see UpstreamPool
-            headers = rt.config.auth_headers() or None
-            scraper = MetricsScraper(
-                session,
-                rt.config.url,
-                model_name=rt.config.served_model_name,
-                interval_s=sc.interval_s,
-                timeout_s=sc.timeout_s,
-                window_s=sc.window_s,
-                stale_after_s=sc.stale_after_s,
-                headers=headers,
-                on_update=with_scrape_telemetry(_scrape_sink(rt), state.telemetry, rt.name),
-            )
-            checker = HealthChecker(
-                session,
-                rt.config.url,
-                interval_s=sc.interval_s,
-                timeout_s=max(sc.timeout_s, 1.0),
-                on_change=_health_sink(rt),
-            )
-            scraper.start()
-            checker.start()
-            state.workers.extend([scraper, checker])
-
-
 async def _startup(app: web.Application) -> None:
     state = app[STATE]
     state.started_at = time.time()
     state.pool.open(state.engines)
-    if state.config.scrape.enabled:
-        _start_workers(state)
+    workers = app[WORKERS]
+    for m in state.models.values():
+        for p in m.pairs:
+            workers.start(m, p, joined=False)
     if state.peers is not None:
         await state.peers.start()
+    if state.discovery is not None:
+        state.discovery.start()
+    if state.reloader is not None:
+        await state.reloader.start()
 
 
 async def _cleanup(app: web.Application) -> None:
     state = app[STATE]
+    if state.reloader is not None:
+        await state.reloader.stop()
+    if state.discovery is not None:
+        await state.discovery.stop()
+    if state.fleet is not None:
+        await state.fleet.close()
     if state.peers is not None:
         await state.peers.stop()
-    for w in state.workers:
-        with contextlib.suppress(Exception):
-            await w.stop()
-    state.workers.clear()
+    await app[WORKERS].stop_all()
     pending = list(state.background)
     if pending:
         _, still = await asyncio.wait(pending, timeout=2.0)

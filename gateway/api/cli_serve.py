@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.fleet.reload import ConfigSource, Reloader
 from gateway.routing.factory import POLICY_NAMES
 from gateway.telemetry.logguard import LogGuard
 from gateway.telemetry.logguard import install as install_guard
@@ -29,8 +30,9 @@ and vLLM's POST /tokenize and POST /detokenize) in front of paired vLLM engines,
 plus GET /health, GET /ready, GET /metrics and the admin endpoints
 GET /admin/state,
 GET /admin/advice (what n-gram speculation would buy on the traffic so far),
-POST /admin/route (pin a model to an engine) and POST /admin/drain (stop new
-requests to an engine before a restart). With --epp-port it is also an
+POST /admin/route (pin a model to an engine), POST /admin/drain (stop new
+requests to an engine before a restart) and POST /admin/reload (re-read the
+configuration, as SIGHUP does: pairs join and leave without a restart). With --epp-port it is also an
 Endpoint Picker for Envoy-based gateways (Envoy's ext_proc over gRPC, the
 Gateway API Inference Extension's protocol): Envoy relays the bytes and asks
 specgate which engine each request goes to ('specgate envoy-config' writes a
@@ -95,6 +97,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--epp-host", help="address of the Endpoint Picker listener (epp.host; default 127.0.0.1)"
     )
+    parser.add_argument(
+        "--watch-config",
+        type=float,
+        metavar="SECONDS",
+        help="look at the configuration file every SECONDS and reload it when its bytes change "
+        "(fleet.watch_config_s; default 0: off). SIGHUP and POST /admin/reload reload it anyway: "
+        "pairs join and leave live, other changes are reported (docs/discovery.md)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     parser.add_argument(
         "--log-json", action="store_true", default=None, help="log JSON lines (server.log_json)"
@@ -114,6 +124,7 @@ def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
         "peers.url": args.peers,
         "epp.host": args.epp_host,
         "epp.port": args.epp_port,
+        "fleet.watch_config_s": getattr(args, "watch_config", None),
     }
     if args.epp_port is not None:
         o["epp.enabled"] = True
@@ -190,7 +201,18 @@ def setup_logging(level: str, as_json: bool, stream: TextIO | None = None) -> Lo
     return install_guard([handler])
 
 
-def gateway_app(cfg: GatewayConfig, telemetry: Any = None) -> tuple[web.Application, Any]:
+def config_source(args: argparse.Namespace) -> ConfigSource:
+    """How a reload reads the configuration again: the same file, environment and flags."""
+    import os
+    from pathlib import Path
+
+    path = args.config or os.environ.get("SPECGATE_CONFIG")
+    return ConfigSource(lambda: load_from_args(args), Path(path) if path else None)
+
+
+def gateway_app(
+    cfg: GatewayConfig, telemetry: Any = None, source: ConfigSource | None = None
+) -> tuple[web.Application, Any]:
     """The gateway application as ``specgate serve`` runs it: telemetry on as ``cfg.telemetry``
     says (Prometheus metrics, access log lines, traces per the ``OTEL_*`` environment).
     Returns the app and its telemetry (``await telemetry.aclose()`` after the runner's cleanup)."""
@@ -199,7 +221,7 @@ def gateway_app(cfg: GatewayConfig, telemetry: Any = None) -> tuple[web.Applicat
 
     if telemetry is None:
         telemetry = build_telemetry(cfg.telemetry, known_models=[m.name for m in cfg.models])
-    return build_app(cfg, telemetry=telemetry), telemetry
+    return build_app(cfg, telemetry=telemetry, config_source=source), telemetry
 
 
 async def _flush_log_summaries(guard: LogGuard) -> None:
@@ -214,15 +236,17 @@ async def serve(
     ready: asyncio.Event | None = None,
     telemetry: Any = None,
     log_guard: LogGuard | None = None,
+    source: ConfigSource | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``."""
+    """Serve until SIGINT/SIGTERM, then drain for ``server.shutdown_grace_s``; SIGHUP reloads
+    the configuration from ``source`` (:mod:`gateway.fleet.reload`)."""
     from aiohttp import web
 
     from gateway.api.app import RUNNER_KWARGS
     from gateway.api.server import GatewayRunner
     from gateway.api.state import STATE
 
-    app, telemetry = gateway_app(cfg, telemetry)
+    app, telemetry = gateway_app(cfg, telemetry, source)
     # The grace period is spent in drain() below; cleanup then only closes what is left.
     runner = GatewayRunner(app, shutdown_timeout=1.0, **RUNNER_KWARGS)
     await runner.setup()
@@ -233,6 +257,9 @@ async def serve(
     flusher = loop.create_task(_flush_log_summaries(log_guard)) if log_guard is not None else None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloader = app[STATE].reloader
+    if reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: app[STATE].spawn(_reload(reloader)))
     addrs = runner.addresses
     port = addrs[0][1] if addrs else cfg.server.port
     # Everything allocated so far lives as long as the process: keep it out of the cyclic
@@ -258,7 +285,7 @@ async def serve(
                 await state.drain(1.0)
     finally:
         logging.getLogger("gateway").info("shutting down")
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
         await telemetry.aclose()  # flush trace exporters
@@ -266,6 +293,10 @@ async def serve(
             flusher.cancel()
         if log_guard is not None:
             log_guard.flush(final=True)  # what was held back in the last interval
+
+
+async def _reload(reloader: Reloader) -> None:
+    await reloader.reload("SIGHUP")
 
 
 def warn_open_surfaces(cfg: GatewayConfig) -> None:
@@ -321,7 +352,7 @@ def main(args: argparse.Namespace) -> int:
         runner = asyncio.Runner()
     with runner:
         try:
-            runner.run(serve(cfg, telemetry=telemetry, log_guard=guard))
+            runner.run(serve(cfg, telemetry=telemetry, log_guard=guard, source=config_source(args)))
         except OSError as exc:
             print(f"specgate: cannot listen on {cfg.server.host}:{cfg.server.port}: {exc}", file=sys.stderr)
             return 1

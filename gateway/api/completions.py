@@ -317,10 +317,10 @@ def tell_decided(mrt: ModelRuntime, features: RequestFeatures, decision: Decisio
     requests on its spec and plain engines, as the policy counts them. Never raises."""
     try:
         now = time.monotonic()
-        pair = next((p for p in mrt.pairs if decision.engine in {e.name for e in p.engines}), mrt.pairs[0])
+        pair = mrt.pair_of(decision.engine)  # pairs come and go: never "the first one"
         loads = (
-            0.0 if pair.spec is None else engine_load(pair.spec.view(now, mrt.stale_after_s)),
-            engine_load(pair.base.view(now, mrt.stale_after_s)),
+            0.0 if pair is None or pair.spec is None else engine_load(pair.spec.view(now, mrt.stale_after_s)),
+            0.0 if pair is None else engine_load(pair.base.view(now, mrt.stale_after_s)),
         )
         for hook in mrt.on_decided:
             hook(features, decision, loads)

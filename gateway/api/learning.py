@@ -99,10 +99,10 @@ def answer_of(result: Relayed, started: float) -> Answer | None:
 
 
 def lookup_settings(model: ModelRuntime, engine: str | None) -> LookupSettings:
-    """The lookup settings of the pair whose engine served the answer (the first pair's when
-    the engine is unknown); the advisor's for a plain engine alone."""
-    pair = next((p for p in model.pairs if engine in {e.name for e in p.engines}), model.pairs[0])
-    if pair.spec is None:
+    """The lookup settings of the pair whose engine served the answer (the model's when the
+    engine is unknown: its pair left meanwhile); the advisor's for a plain engine alone."""
+    pair = model.pair_of(engine)
+    if pair is None or pair.spec is None:
         return advice_settings(model.config)
     cfg = pair.spec.config
     return LookupSettings.of(cfg.k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
@@ -111,9 +111,12 @@ def lookup_settings(model: ModelRuntime, engine: str | None) -> LookupSettings:
 def advice_settings(config: ModelConfig) -> LookupSettings:
     """The n-gram proposer the advisor replays answers through: the model's n-gram engine's
     where it has one, else the model's ``advice`` settings."""
-    spec = config.pairs[0].spec
+    spec = next((p.spec for p in config.pairs if p.spec is not None), None)
+    found = None if config.discovery is None else config.discovery.spec  # pairs found live
     if spec is not None and spec.method in PROMPT_LOOKUP_METHODS:
         return LookupSettings.of(spec.k, spec.prompt_lookup_min, spec.prompt_lookup_max)
+    if spec is None and found is not None and found.method in PROMPT_LOOKUP_METHODS:
+        return LookupSettings.of(found.k, found.prompt_lookup_min, found.prompt_lookup_max)
     a = config.advice
     return LookupSettings(a.k, a.prompt_lookup_min, a.prompt_lookup_max)
 

@@ -35,6 +35,8 @@ async def _engine_card(st: GatewayState, rt: EngineRuntime, timeout_s: float) ->
             body = await resp.json(content_type=None)
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
         return None
+    except KeyError:  # its pair left while the cards were being fetched (gateway.fleet)
+        return None
     data = body.get("data") if isinstance(body, dict) else None
     for card in data if isinstance(data, list) else []:
         if isinstance(card, dict) and card.get("id") == rt.config.served_model_name:

@@ -14,6 +14,9 @@ from gateway.advisor.report import Advice
 from gateway.api.learning import SampleBudget, advice_settings
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime
+from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.reload import Reloader
+from gateway.fleet.sources import Discovery
 from gateway.peers.service import PeerService
 from gateway.proxy.move import MoveBoard
 from gateway.proxy.pool import UpstreamPool
@@ -43,7 +46,9 @@ class GatewayState:
     inflight: int = 0
     started_at: float = 0.0
     background: set[asyncio.Task[Any]] = field(default_factory=set)
-    workers: list[Any] = field(default_factory=list)  # scrapers / health checkers (start/stop)
+    fleet: FleetRegistry | None = None  # the models' live pairs (gateway.fleet)
+    discovery: Discovery | None = None  # the discovery sources feeding it
+    reloader: Reloader | None = None  # re-reads the configuration (None: started without a source)
     ready_cache: tuple[float, bool, dict[str, object]] | None = None
     cards_cache: tuple[float, dict[str, dict[str, Any]]] | None = None  # /v1/models: engine fields
     budgets: dict[str, SampleBudget] = field(default_factory=dict)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
+from gateway.config.discovery import DiscoveryConfig, FleetConfig
 from gateway.config.epp import EppConfig
 from gateway.config.telemetry import TelemetryConfig
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS, SpecMethod
@@ -191,6 +192,11 @@ class EngineConfig(_Strict):
 
 
 class PairConfig(_Strict):
+    name: str | None = Field(
+        None,
+        description="the pair's name: its identity across config reloads (a reload that changes a "
+        "named pair replaces it: the old one drains); default: the base engine's name",
+    )
     device: str = Field("gpu0", description="engines of a pair share this device timeline")
     spec: EngineConfig | None = Field(
         None,
@@ -216,9 +222,19 @@ class PairConfig(_Strict):
                 self.spec.prompt_lookup_max = max(5, self.spec.prompt_lookup_min)
         return self
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return v if v is None else _check_name(v, "pair name")
+
     @property
     def engines(self) -> tuple[EngineConfig, ...]:
         return (self.base,) if self.spec is None else (self.spec, self.base)
+
+    @property
+    def key(self) -> str:
+        """The pair's identity: its name, else its base engine's (engine names are unique)."""
+        return self.name or self.base.name
 
 
 class AdviceConfig(_Strict):
@@ -299,7 +315,16 @@ class RetryConfig(_Strict):
 
 class ModelConfig(_Strict):
     name: str = Field(description="the model name clients use")
-    pairs: list[PairConfig] = Field(min_length=1)
+    # before `pairs`, whose check reads it
+    discovery: DiscoveryConfig | None = Field(
+        None,
+        description="find more pairs while serving: a headless Service's DNS records or the "
+        "EndpointSlices of a Service (docs/discovery.md); they join and leave without a restart",
+    )
+    pairs: list[PairConfig] = Field(
+        default_factory=list,
+        description="the model's engine pairs; may be empty only with 'discovery' (pairs found live)",
+    )
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
@@ -327,6 +352,17 @@ class ModelConfig(_Strict):
     @classmethod
     def _valid_keys(cls, v: list[SecretStr]) -> list[SecretStr]:
         return _check_keys(v)
+
+    @field_validator("pairs")
+    @classmethod
+    def _some_pairs(cls, v: list[PairConfig], info: ValidationInfo) -> list[PairConfig]:
+        if not v and info.data.get("discovery") is None:
+            raise ValueError("needs at least 1 pair (or 'discovery', which finds them while serving)")
+        keys = [p.key for p in v]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise ValueError(f"pair name {dup!r} appears twice (give each pair its own 'name')")
+        return v
 
 
 class PeersConfig(_Strict):
@@ -393,6 +429,10 @@ class GatewayConfig(_Strict):
         default_factory=EppConfig,
         description="serve as an Endpoint Picker for Envoy (ext_proc gRPC) beside the HTTP port",
     )
+    fleet: FleetConfig = Field(
+        default_factory=FleetConfig,
+        description="pairs that join and leave while serving: drains, config reloads (docs/discovery.md)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -402,7 +442,8 @@ class GatewayConfig(_Strict):
             if m.name in seen_models:
                 raise ValueError(f"models: name {m.name!r} appears twice")
             seen_models.add(m.name)
-            if len({p.spec is None for p in m.pairs}) > 1:
+            found = () if m.discovery is None else (m.discovery.spec is None,)
+            if len({*(p.spec is None for p in m.pairs), *found}) > 1:
                 raise ValueError(
                     f"models: {m.name!r} mixes pairs with and without a spec engine "
                     "(give every pair one, or none)"
@@ -418,6 +459,12 @@ class GatewayConfig(_Strict):
     def _epp_guards_engine_keys(self) -> GatewayConfig:
         # An EPP answer carries the engine's Authorization header: only to a peer the EPP knows.
         keyed = [e.name for m in self.models for p in m.pairs for e in p.engines if e.api_key is not None]
+        keyed += [
+            f"{m.name}'s discovered engines"
+            for m in self.models
+            if m.discovery is not None
+            and any(t is not None and t.api_key is not None for t in (m.discovery.spec, m.discovery.base))
+        ]
         if self.epp.enabled and keyed and not self.epp.authenticates:
             raise ValueError(
                 f"epp: engines {', '.join(keyed)} have api_key, and the EPP's answers carry it: set "

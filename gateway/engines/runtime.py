@@ -7,6 +7,11 @@ flag, and the scraper's latest :class:`~gateway.engines.stats.ScrapeState`. It t
 all that into the immutable :class:`~gateway.routing.types.EngineView` the routing core
 reads (the scraped :class:`~gateway.routing.types.EngineStats` record as it is, or
 unknown when stale). :class:`ModelRuntime` groups a model's pairs, its policy and its pinned route.
+
+The pairs may change while serving (:mod:`gateway.fleet`): ``pairs`` and ``engines`` are
+replaced, never mutated in place, so a request keeps the engines it started with; a pair
+that leaves is ``leaving`` (draining) until its requests end: the routing view no longer
+shows it, ``engines`` still holds it (failover and moves of its own requests, admin).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gateway.config.models import EngineConfig, ModelConfig
+from gateway.config.models import EngineConfig, ModelConfig, PairConfig
 from gateway.engines.stats import ScrapeState
 from gateway.routing.types import (
     UNKNOWN_STATS,
@@ -191,10 +196,58 @@ class PairRuntime:
     spec: EngineRuntime | None  # None: the plain engine alone (advisor mode)
     base: EngineRuntime
     device: str = ""
+    name: str = ""  # the pair's key (PairConfig.key): stable while the pair lives
+    config: PairConfig | None = None  # what it was built from (None: built by hand, in tests)
+    leaving: bool = False  # draining: no new request goes to it (gateway.fleet)
+    source: str = "config"  # who declared it: "config", "dns", "kubernetes"
 
     @property
     def engines(self) -> tuple[EngineRuntime, ...]:
         return (self.base,) if self.spec is None else (self.spec, self.base)
+
+    @property
+    def inflight(self) -> int:
+        """This gateway's requests on the pair's engines (a draining pair waits for 0)."""
+        return sum(e.inflight for e in self.engines)
+
+    def leave(self) -> None:
+        """Start draining: every engine of the pair stops taking new requests for good."""
+        self.leaving = True
+        for e in self.engines:
+            e.draining = True
+
+    def state(self, now: float) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "device": self.device,
+            "status": "draining" if self.leaving else "active",
+            "source": self.source,
+            "spec": None if self.spec is None else self.spec.state(now),
+            "base": self.base.state(now),
+        }
+
+
+def pair_runtime(
+    model: ModelConfig, pair: PairConfig, *, source: str = "config", clock: Clock = time.monotonic
+) -> PairRuntime:
+    """The runtime of one configured pair of ``model`` (its engines take the model's retry settings)."""
+
+    def make(e: EngineConfig, route: Route) -> EngineRuntime:
+        r = model.retry
+        return EngineRuntime(
+            e,
+            route,
+            device=pair.device,
+            failures_to_unhealthy=r.failures_to_unhealthy,
+            cooldown_s=r.cooldown_s,
+            failure_rate=r.failure_rate_to_unhealthy,
+            failure_window_s=r.failure_window_s,
+            failure_min_attempts=r.failure_rate_min_attempts,
+            clock=clock,
+        )
+
+    spec = None if pair.spec is None else make(pair.spec, Route.SPEC)
+    return PairRuntime(spec, make(pair.base, Route.BASE), pair.device, pair.key, pair, source=source)
 
 
 @dataclass
@@ -215,45 +268,46 @@ class ModelRuntime:
     on_outcome: list[Callable[[Outcome], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for p in self.pairs:
-            for e in p.engines:
-                self.engines[e.name] = e
-        spec = self.pairs[0].spec if self.pairs else None
-        if spec is not None and isinstance(self.policy, PairBound):  # before any answer arrives
+        self.engines = {e.name: e for p in self.pairs for e in p.engines}
+        self._bind()
+
+    def _bind(self) -> None:
+        """Tell a pair-bound policy the model's speculative method and k (before any answer)."""
+        spec = next((p.spec for p in self.pairs if p.spec is not None and not p.leaving), None)
+        if spec is not None and isinstance(self.policy, PairBound):
             self.policy.bind(spec.config.method, spec.config.k)
 
     @property
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def active_pairs(self) -> list[PairRuntime]:
+        """The pairs that take new requests (not draining)."""
+        return [p for p in self.pairs if not p.leaving]
+
+    def pair_of(self, engine: str | None) -> PairRuntime | None:
+        """The pair (active or draining) that holds engine ``engine``."""
+        return next((p for p in self.pairs if any(e.name == engine for e in p.engines)), None)
+
+    def set_pairs(self, pairs: list[PairRuntime]) -> None:
+        """Replace the pairs (and the engine map) at once: a request in flight keeps the
+        containers it read (copy on write), so its engines stay reachable to it."""
+        bind = not any(p.spec is not None for p in self.active_pairs)
+        self.pairs = list(pairs)
+        self.engines = {e.name: e for p in self.pairs for e in p.engines}
+        if bind:
+            self._bind()
+
     @classmethod
     def from_config(
         cls, config: ModelConfig, policy: Policy, *, stale_after_s: float = 5.0, clock: Clock = time.monotonic
     ) -> ModelRuntime:
-        def make(e: EngineConfig, route: Route, device: str) -> EngineRuntime:
-            return EngineRuntime(
-                e,
-                route,
-                device=device,
-                failures_to_unhealthy=config.retry.failures_to_unhealthy,
-                cooldown_s=config.retry.cooldown_s,
-                failure_rate=config.retry.failure_rate_to_unhealthy,
-                failure_window_s=config.retry.failure_window_s,
-                failure_min_attempts=config.retry.failure_rate_min_attempts,
-                clock=clock,
-            )
-
-        pairs = [
-            PairRuntime(
-                None if p.spec is None else make(p.spec, Route.SPEC, p.device),
-                make(p.base, Route.BASE, p.device),
-                p.device,
-            )
-            for p in config.pairs
-        ]
+        pairs = [pair_runtime(config, p, clock=clock) for p in config.pairs]
         return cls(config=config, pairs=pairs, policy=policy, stale_after_s=stale_after_s)
 
     def view(self, now: float) -> ModelView:
+        """What the policy decides on: the active pairs only (a draining pair is invisible)."""
         return ModelView(
             model=self.config.name,
             pairs=tuple(
@@ -263,6 +317,7 @@ class ModelRuntime:
                     device=p.device,
                 )
                 for p in self.pairs
+                if not p.leaving
             ),
             pinned=self.pinned,
         )
@@ -277,13 +332,6 @@ class ModelRuntime:
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
             "pinned": self.pinned.value,
             "inflight": self.inflight,
-            "pairs": [
-                {
-                    "device": p.device,
-                    "spec": None if p.spec is None else p.spec.state(now),
-                    "base": p.base.state(now),
-                }
-                for p in self.pairs
-            ],
+            "pairs": [p.state(now) for p in self.pairs],
             "policy_state": policy_state,
         }

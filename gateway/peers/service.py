@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from gateway.config.models import PeersConfig
-from gateway.engines.runtime import ModelRuntime
+from gateway.engines.runtime import EngineRuntime, ModelRuntime
 from gateway.peers.bus import BusClosed, PeerBus
 from gateway.peers.messages import (
     Bye,
@@ -91,6 +91,10 @@ class PeerService:
             if isinstance(m.policy, Cooperative):
                 m.on_decided.append(partial(self._decided, name))
                 m.on_outcome.append(partial(self._learned, name))
+
+    def adopt(self, engine: EngineRuntime) -> None:
+        """Count ``engine``'s requests on the channel too (a pair that joined while serving)."""
+        engine.on_inflight = self._inflight_changed
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:

@@ -16,6 +16,8 @@ class UpstreamPool:
     def __init__(self) -> None:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._control: dict[str, aiohttp.ClientSession] = {}
+        # engines that left (gateway.fleet): request sessions kept for requests still on them
+        self._left: dict[str, list[aiohttp.ClientSession]] = {}
 
     def open(self, engines: list[EngineRuntime]) -> None:
         """Create the sessions (call on the running loop, at app startup)."""
@@ -44,7 +46,32 @@ class UpstreamPool:
             )
 
     def session(self, name: str) -> aiohttp.ClientSession:
-        return self._sessions[name]
+        s = self._sessions.get(name)
+        if s is None and self._left.get(name):
+            return self._left[name][-1]  # a request on an engine that left, still finishing
+        if s is None:
+            raise KeyError(name)
+        return s
+
+    def detach(self, name: str) -> tuple[aiohttp.ClientSession, ...]:
+        """Engine ``name`` left: its sessions are no longer the name's (a new engine of that
+        name gets its own) but still serve the requests on it. Returns them, for
+        :meth:`close_detached` once those requests ended."""
+        out = tuple(
+            s for s in (self._sessions.pop(name, None), self._control.pop(name, None)) if s is not None
+        )
+        if out:
+            self._left.setdefault(name, []).append(out[0])
+        return out
+
+    async def close_detached(self, name: str, sessions: tuple[aiohttp.ClientSession, ...]) -> None:
+        left = self._left.get(name, [])
+        for s in sessions:
+            if s in left:
+                left.remove(s)
+            await s.close()
+        if not left:
+            self._left.pop(name, None)
 
     def control(self, name: str) -> aiohttp.ClientSession:
         """The session for scrapes and health checks of engine ``name``."""
@@ -56,5 +83,6 @@ class UpstreamPool:
     async def close(self) -> None:
         sessions, self._sessions = self._sessions, {}
         control, self._control = self._control, {}
-        for s in [*sessions.values(), *control.values()]:
+        left, self._left = self._left, {}
+        for s in [*sessions.values(), *control.values(), *(x for v in left.values() for x in v)]:
             await s.close()

@@ -516,3 +516,37 @@ def test_peers_component_joins_the_replicas_through_its_redis(tmp_path: Path) ->
     # the overlays themselves carry no channel: their replicas decide alone
     for overlay in PAIR_OVERLAYS:
         assert not find(docs(K8S / "overlays" / overlay), "ConfigMap", "specgate-peers")
+
+
+def test_discovery_component_lets_the_gateway_watch_the_pairs_endpointslices(tmp_path: Path) -> None:
+    """Built into the GPU overlay: the gateway's service account may get/list/watch
+    EndpointSlices in its namespace (and nothing else), mounts its token, and its config
+    (file + env) discovers the pairs of the engines' headless Service by its port names."""
+    objs = with_component(tmp_path, "gpu", "discovery", namespace="specgate")
+    role = one(objs, "Role", "specgate-discovery")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    binding = one(objs, "RoleBinding", "specgate-discovery")
+    assert binding["roleRef"]["name"] == "specgate-discovery"
+    dep = one(objs, "Deployment", "specgate")
+    account = dep["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "specgate"}]
+    assert one(objs, "ServiceAccount", account)["automountServiceAccountToken"] is True
+    assert dep["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    cfg, _ = gateway_config(objs)
+    (model,) = cfg.models
+    d = model.discovery
+    assert model.pairs == [] and d is not None and d.kind == "kubernetes"
+    service = one(objs, "Service", d.service or "")
+    assert d.selector == f"kubernetes.io/service-name={service['metadata']['name']}"
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert d.spec is not None and ports[d.spec.port_name or ""] == d.spec.port
+    assert ports[d.base.port_name or ""] == d.base.port
+    # the overlays themselves do not talk to the API
+    for overlay in PAIR_OVERLAYS:
+        assert not find(docs(K8S / "overlays" / overlay), "Role")

@@ -46,16 +46,29 @@ class EndpointBook:
         self._by_engine: dict[str, str] = {}
         self._by_address: dict[str, EngineRuntime] = {}
         self._names: dict[str, tuple[str, int]] = {}  # engines whose url names a host to resolve
-        for e in self.engines.values():
-            if e.config.endpoint is not None:
-                self._set(e, e.config.endpoint)
-                continue
-            host, port = _host_port(e.config.url)
-            addr = _literal(host, port)
-            if addr is not None:
-                self._set(e, addr)
-            else:
-                self._names[e.name] = (host, port)
+        for e in list(self.engines.values()):
+            self.add(e)
+
+    def add(self, e: EngineRuntime) -> None:
+        """Know engine ``e`` (at start, or when its pair joins: gateway.fleet)."""
+        self.engines[e.name] = e
+        if e.config.endpoint is not None:
+            self._set(e, e.config.endpoint)
+            return
+        host, port = _host_port(e.config.url)
+        addr = _literal(host, port)
+        if addr is not None:
+            self._set(e, addr)
+        else:
+            self._names[e.name] = (host, port)
+
+    def remove(self, name: str) -> None:
+        """Forget engine ``name`` (its pair is gone): its address names nothing any more."""
+        e = self.engines.pop(name, None)
+        self._names.pop(name, None)
+        addr = self._by_engine.pop(name, None)
+        if addr is not None and e is not None and self._by_address.get(addr) is e:
+            del self._by_address[addr]
 
     def _set(self, engine: EngineRuntime, addr: str) -> None:
         old = self._by_engine.get(engine.name)

@@ -223,7 +223,7 @@ def passthrough(st: GatewayState, book: EndpointBook, subset: frozenset[str] | N
     healthy plain engine Envoy allows. (engine name, address); ApiError 503 when none."""
     now = time.monotonic()
     for mrt in st.models.values():
-        for pair in mrt.pairs:
+        for pair in mrt.active_pairs:  # never a pair that is leaving
             for e in (pair.base, *(() if pair.spec is None else (pair.spec,))):
                 addr = book.address(e.name)
                 if addr and e.healthy(now) and (subset is None or addr in subset):

@@ -23,6 +23,8 @@ from aiohttp.test_utils import TestServer
 from gateway.api.app import build_app
 from gateway.api.epp.listener import Listener
 from gateway.api.epp.server import EPP
+from gateway.api.state import STATE
+from gateway.config import PairConfig
 from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2guard import Limits, MemoryPool, Turn
@@ -358,3 +360,31 @@ async def test_a_busy_peer_closing_its_ended_streams_stays_within_the_budgets() 
     peer.send(*(frame(RST_STREAM, 0, 1, cancel) for _ in range(600)))  # no stream pays for these
     _, code = peer.goaway()
     assert code == ENHANCE_YOUR_CALM
+
+
+async def test_the_epp_knows_a_pair_that_joins_and_forgets_it_when_gone(pair: EmulatorGroup) -> None:
+    """Pairs that discovery adds are in the EPP's address book at once (Envoy's answers on them
+    are attributed), and leave it once drained."""
+    config = gateway_config_for(pair, **{"epp.enabled": True, "epp.port": 0})
+    app = build_app(config)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        epp, state = app[EPP], app[STATE]
+        assert state.fleet is not None
+        model = config.models[0].name
+        d = config.models[0].pairs[0].model_dump()  # the same engines' kind, on a dead port
+        d.update(name="joined", device="joined")
+        d["base"].update(name="joined-base", url="http://127.0.0.1:9")
+        d["spec"].update(name="joined-spec", url="http://127.0.0.1:9")
+        joined = PairConfig.model_validate(d)
+        state.fleet.declare(model, "dns", {"joined": joined})
+        assert {"joined-base", "joined-spec"} <= set(epp.book.engines)
+        state.fleet.declare(model, "dns", {})
+        await asyncio.wait_for(state.fleet.wait_gone(model, "joined"), 10.0)
+        assert not {"joined-base", "joined-spec"} & set(epp.book.engines)
+        first = config.models[0].pairs[0]
+        assert first.spec is not None
+        assert {first.base.name, first.spec.name} <= set(epp.book.engines)  # the first pair stays
+    finally:
+        await server.close()

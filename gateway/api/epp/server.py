@@ -33,6 +33,7 @@ from aiohttp import web
 from gateway.api.epp.endings import AccessLogStream, Endings
 from gateway.api.epp.endpoints import EndpointBook
 from gateway.api.epp.extproc import ExtProcStream, budget
+from gateway.api.epp.fleet import follow_fleet
 from gateway.api.epp.listener import Listener
 from gateway.api.learning import SampleBudget
 from gateway.api.state import STATE, GatewayState
@@ -77,6 +78,7 @@ class EppServer:
         self.state = state
         self.config = state.config.epp
         self.book = EndpointBook(state.engines)
+        follow_fleet(self.book, state.fleet)  # pairs that join and leave (gateway.fleet)
         self.connections: set[H2Connection] = set()
         self.limits = h2_limits(self.config)
         self.pool = MemoryPool(self.config.limits.process_memory_bytes)

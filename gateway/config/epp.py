@@ -92,6 +92,14 @@ class EppLimits(BaseModel):
         "most k slices for the EPP (0.25: 16 flooding connections left chat p99 within 1.2x on a "
         "16-core host, 1 ms did not; docs/epp-security.md)",
     )
+    overdrawn_share: float = Field(
+        0.1,
+        gt=0.0,
+        le=1.0,
+        description="the fraction of the event loop's time that connections which had a stream ended "
+        "for memory (RESOURCE_EXHAUSTED: they announced more than the EPP's bounds hold) may take, all "
+        "together; their frames wait in a slower line (Envoy within the bounds never gets there)",
+    )
     accepts_per_s: float = Field(
         200.0,
         gt=0.0,

@@ -106,6 +106,7 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         limits: Limits | None = None,
         pool: MemoryPool = UNBOUNDED,
         turn: Turn | None = None,
+        overdrawn_turn: Turn | None = None,
         on_close: Callable[[H2Connection], None] | None = None,
     ) -> None:
         lim = limits or Limits()
@@ -124,6 +125,11 @@ class H2Connection(H2Receiver, asyncio.Protocol):
         self.budgets = Budgets(lim)
         # the loop's time all the server's connections share (their own when none is given)
         self.turn = turn if turn is not None else Turn(lim.slice_s)
+        # the slower line for a peer that had streams ended for memory (overdrawn())
+        self._overdrawn_turn = (
+            overdrawn_turn if overdrawn_turn is not None else Turn(lim.slice_s, lim.overdrawn_share)
+        )
+        self.overdrawn_streams = 0
         self._init_receiver()
         self._buf = bytearray()
         self._rest, self._rest_pos = b"", 0  # a read a slice did not finish, and where it stopped
@@ -167,6 +173,14 @@ class H2Connection(H2Receiver, asyncio.Protocol):
     def resume_writing(self) -> None:
         self.stalled_since = None
         self._resume("write")
+
+    def overdrawn(self) -> None:
+        """One of this peer's streams was ended for memory: it asked the EPP to hold more than
+        its bounds allow. From now on its frames wait in the slower line (``overdrawn_share``
+        of the loop for all such peers): flow control and the bounds keep its memory in check,
+        this keeps the CPU it costs in check."""
+        self.overdrawn_streams += 1
+        self.turn = self._overdrawn_turn
 
     def _pause(self, why: str) -> None:
         if not self._paused and self.transport is not None and not self.closed:

@@ -64,6 +64,7 @@ class Limits:
     stream_window: int = 1 << 20  # the initial receive window of each stream
     write_buffer: int = 1 << 20  # queued in the socket's buffer: reading pauses above
     slice_s: float = 0.00025  # how long the EPP's frames may hold the event loop in one turn
+    overdrawn_share: float = 0.1  # the loop's time for connections that had streams ended for memory
 
     def rates(self) -> tuple[tuple[float, float], ...]:
         return (
@@ -147,13 +148,23 @@ class Turn:
     100-150 ms on a 16-core host). Here every connection spends from one budget of ``budget_s``
     a turn: a connection that finds it spent waits in line (:meth:`wait`), and at the next turn
     the line resumes in order, round-robin, until the budget is spent again. The rest of the
-    loop's work (the HTTP gateway, health checks) runs between turns."""
+    loop's work (the HTTP gateway, health checks) runs between turns.
 
-    __slots__ = ("_line", "_scheduled", "budget_s", "spent")
+    With ``share`` below 1, while connections wait in line the next turn comes no sooner than
+    the loop's other work had ``(1 - share) / share`` of the time the last one took: the line
+    gets at most ``share`` of the loop. The server keeps such a line for peers it has had to
+    end streams of for memory (:meth:`H2Connection.overdrawn`): a peer that keeps announcing
+    more than the EPP will hold gets that share, not a slice of every turn."""
 
-    def __init__(self, budget_s: float) -> None:
+    __slots__ = ("_line", "_rest", "_resume_at", "_scheduled", "budget_s", "spent")
+
+    def __init__(self, budget_s: float, share: float = 1.0) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError("share must be in (0, 1]")
         self.budget_s = budget_s
         self.spent = 0.0
+        self._rest = (1.0 - share) / share  # the loop's other time per second of EPP frames
+        self._resume_at = 0.0  # the line's next turn, no sooner (time.monotonic())
         self._line: deque[Callable[[], None]] = deque()
         self._scheduled = False
 
@@ -169,6 +180,8 @@ class Turn:
     def charge(self, seconds: float) -> None:
         """A connection spent ``seconds`` of this turn."""
         self.spent += seconds
+        if self._line and self._rest:
+            self._resume_at = time.monotonic() + self.spent * self._rest
         self._schedule()
 
     def wait(self, resume: Callable[[], None]) -> None:
@@ -182,10 +195,17 @@ class Turn:
             asyncio.get_running_loop().call_soon(self._next)
 
     def _next(self) -> None:
+        line = self._line
+        if line and self._rest:  # a backlog: the loop's other work first, for its share
+            early = self._resume_at - time.monotonic()
+            if early > 0.0:
+                asyncio.get_running_loop().call_later(early, self._next)
+                return
         self._scheduled = False
         self.spent = 0.0
-        line = self._line
         while line and not self.exhausted():
             line.popleft()()
         if line:
+            if self._rest:
+                self._resume_at = time.monotonic() + self.spent * self._rest
             self._schedule()

@@ -145,6 +145,7 @@ class Stream:
         if self.charge(n):
             return True
         self.abort(GRPC_RESOURCE_EXHAUSTED, "over the EPP's memory bound")
+        self.conn.overdrawn()
         return False
 
     def release(self) -> None:
@@ -213,6 +214,7 @@ class Stream:
             return
         if not self.charge(len(payload)):  # the peer does not read what it asked for
             self.reset()
+            self.conn.overdrawn()
             return
         self._pending.append((payload, flags))
         if len(self._pending) == 1:
@@ -289,6 +291,7 @@ class Stream:
             self.abort(GRPC_RESOURCE_EXHAUSTED, "over the EPP's memory bound")
             self._buf = bytearray()
             grown = -self._buf_mem
+            self.conn.overdrawn()
         elif grown < 0:
             self.uncharge(-grown)
         self._buf_mem += grown

@@ -11,6 +11,7 @@ finer checks drive it through the fake transport of ``test_h2.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -199,6 +200,9 @@ async def test_the_process_bound_ends_the_stream_that_would_cross_it() -> None:
     trailers = [f for f in b.frames() if f.kind == HEADERS]
     assert trailers and b.decode(trailers[-1])["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
     assert not b.transport.closed  # the stream, not the connection
+    # b asked for more than the EPP holds: its frames now wait in the slower line; a did not
+    assert b.conn.overdrawn_streams == 1 and b.conn.turn is not a.conn.turn
+    assert a.conn.overdrawn_streams == 0
 
 
 async def test_answers_a_peer_never_lets_out_are_bounded_per_stream() -> None:
@@ -212,6 +216,7 @@ async def test_answers_a_peer_never_lets_out_are_bounded_per_stream() -> None:
     frames = peer.frames()
     assert Frame(RST_STREAM, 0, 1, u32(ENHANCE_YOUR_CALM)) in frames
     assert peer.conn.mem == 0 and not peer.transport.closed
+    assert peer.conn.overdrawn_streams == 1  # the slower line from now on
 
 
 async def test_a_peer_that_does_not_read_is_not_read() -> None:
@@ -294,6 +299,29 @@ async def test_connections_share_one_turn_of_the_loop_in_order() -> None:
     assert not a.transport.paused and not b.transport.paused
 
 
+async def test_a_slower_line_takes_only_its_share_of_the_loop() -> None:
+    """Frames waiting in a line of ``share`` below 1, after a turn that spent its budget,
+    resume only once the loop's other work had its share of the time (``share`` 0.5: as long
+    again as the line took); with ``share`` 1 they resume at the next turn."""
+    for share, runs_next_turn in ((0.5, False), (1.0, True)):
+        turn, ran = Turn(0.001, share=share), []
+        turn.wait(functools.partial(ran.append, "a"))  # a connection that had to stop, as data_received does
+        turn.charge(600.0)  # ... after its slice took (a synthetic) 600 s
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert ran == (["a"] if runs_next_turn else []), share
+
+
+async def test_a_slower_line_resumes_in_order_after_its_rest() -> None:
+    turn, ran = Turn(0.001, share=0.5), []
+    done = asyncio.Event()
+    turn.wait(functools.partial(ran.append, "a"))
+    turn.wait(lambda: (ran.append("b"), done.set()))
+    turn.charge(0.002)  # the rest: 2 ms of the loop's other work
+    await asyncio.wait_for(done.wait(), 5.0)
+    assert ran == ["a", "b"]
+
+
 async def test_data_past_a_reset_streams_window_ends_the_connection() -> None:
     """What was in flight when the server reset a stream is dropped; a peer that keeps sending
     on it past the window it had is ignoring the reset."""
@@ -349,7 +377,7 @@ async def test_a_busy_peer_closing_its_ended_streams_stays_within_the_budgets() 
     peer = Peer(limits=Limits(slice_s=60.0))  # every read handled at once (slices are tested above)
     peer.start()
     cancel = u32(0x8)
-    for sid in range(1, 4001, 2):  # 2,000 streams in one read, each answered, then closed twice over
+    for sid in range(1, 2001, 2):  # 1,000 streams in one read, each answered, then closed twice over
         peer.send(
             peer.open(sid, "/test.Echo/Unary", end_stream=True),
             frame(RST_STREAM, 0, sid, cancel),

@@ -70,6 +70,7 @@ def h2_limits(cfg: EppConfig) -> Limits:
         stream_window=lim.stream_window_bytes,
         write_buffer=lim.write_buffer_bytes,
         slice_s=lim.slice_ms / 1000.0,
+        overdrawn_share=lim.overdrawn_share,
     )
 
 
@@ -83,6 +84,8 @@ class EppServer:
         self.limits = h2_limits(self.config)
         self.pool = MemoryPool(self.config.limits.process_memory_bytes)
         self.turn = Turn(self.limits.slice_s)  # the loop's time all EPP connections share
+        # ... and the slower line of those that had streams ended for memory
+        self.overdrawn_turn = Turn(self.limits.slice_s, self.limits.overdrawn_share)
         token = self.config.auth_token
         self._token = f"Bearer {token.get_secret_value()}".encode() if token is not None else None
         self.listener = Listener(
@@ -142,6 +145,7 @@ class EppServer:
             "port": self.port,
             "connections": len(self.connections),
             "connections_refused": self.listener.refused,
+            "connections_overdrawn": sum(1 for c in self.connections if c.overdrawn_streams),
             "streams_unauthenticated": self.unauthenticated,
             "memory_bytes": self.pool.used,
             "memory_peak_bytes": self.pool.peak,
@@ -172,6 +176,7 @@ class EppServer:
             limits=self.limits,
             pool=self.pool,
             turn=self.turn,
+            overdrawn_turn=self.overdrawn_turn,
             on_close=self._closed,
         )
         self.connections.add(conn)

@@ -13,6 +13,7 @@ from gateway.config import load_config
 ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLE = re.compile(r"\b(SPECGATE_(?:API|ADMIN)_KEYS)=([^\s`'\")]+)")
 DOCUMENTED = [
+    "README.md",
     "docs/gateway.md",
     "Dockerfile",
     "deploy/compose/gateway.yaml",

@@ -11,12 +11,20 @@ from the schedule's peak QPS and the answers' latency
 when requests still leave late.
 
 Locust rows (request type / name):
-  ``POST <kind>``   the whole request (e2e, ms); response length = output tokens.
+  ``POST <kind>``   the whole request (e2e, ms); its size columns are output tokens.
                     Only these are requests: Locust's ``Aggregated`` row counts them alone.
-  ``TTFT <kind>``   time to the first content delta, ms
-  ``TPOT <kind>``   time per output token after the first, ms
-  ``OTPS <kind>``   output tokens/s of one request (the "ms" columns hold tokens/s)
-The last three are per-request measurements shown beside the requests, not requests.
+  ``TTFT <kind>``   time to the first output delta (content, reasoning or tool call), ms
+  ``TPOT <kind>``   time per output token after the first, one value per request, ms
+  ``ITL <kind>``    inter-token latency: every gap between two output deltas, ms
+The last three are measurements shown beside the requests, not requests. Output tokens a
+second are in the summary line printed at the end (and per request in the requests CSV),
+not in a Locust row, whose columns are times.
+
+Trace replay: ``--trace requests.jsonl`` sends each line's ``body`` at its ``t`` (seconds since
+the start) instead of drawing from the corpus.
+
+One worker process (one CPU core) drives about the rate stated in loadtests/README.md; for
+more, run Locust distributed (``--processes N``).
 
 A short headless run, then one writing CSVs (``--csv`` is Locust's own;
 ``--specgate-requests-csv`` adds one row per request with route, TTFT, TPOT, tokens):
@@ -47,9 +55,10 @@ import time
 from typing import Any
 
 import gevent
-import locust  # noqa: F401  (first: it monkey-patches the standard library before requests loads ssl)
-import requests
+import locust  # noqa: F401  (first: it monkey-patches the standard library)
 from gevent.queue import Queue
+from geventhttpclient import HTTPClient
+from geventhttpclient.url import URL
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
@@ -67,7 +76,8 @@ REASON_HEADER = "x-specgate-reason"
 _T0: float | None = None  # wall-clock start of the test on this process
 _RECORDS: list[RequestRecord] = []
 _USER_IDS = itertools.count()
-_DUE: Queue[float] = Queue()  # arrivals that are due (s since the start); idle users take them
+# arrivals that are due: (s since the start, the trace's request or None); idle users take them
+_DUE: Queue[tuple[float, dict[str, Any] | None]] = Queue()
 _CLOCK: gevent.Greenlet | None = None  # puts this process's arrivals into _DUE on time
 
 
@@ -113,13 +123,71 @@ def _add_arguments(parser: Any) -> None:
     opt("--route", "", "x-specgate-route header to send: auto | spec | base (empty: none)")
     opt("--request-timeout", "300", "seconds before a request is abandoned")
     opt("--specgate-requests-csv", "", "write one row per request to this CSV at the end")
+    opt(
+        "--trace",
+        "",
+        "replay a JSONL trace instead of the corpus: one request a line, "
+        '{"t": seconds since the start, "body": {OpenAI chat body}, "kind": optional label}; '
+        "--qps is then the trace's own timing",
+    )
+    opt("--trace-workers", "1", "distributed replay: worker i of N sends the lines whose index modulo N is i")
 
 
 def _opts(env: Environment) -> Any:
     return env.parsed_options
 
 
+_TRACES: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+
+
+def load_trace(path: str) -> list[tuple[float, dict[str, Any]]]:
+    """A JSONL trace's requests as (arrival s, entry), sorted by arrival; ValueError names the
+    first bad line."""
+    out: list[tuple[float, dict[str, Any]]] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                t = float(entry["t"])
+                if not isinstance(entry.get("body"), dict) or not math.isfinite(t) or t < 0:
+                    raise ValueError
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f'{path}:{n}: want {{"t": seconds >= 0, "body": {{...}}}}') from None
+            out.append((t, entry))
+    if not out:
+        raise ValueError(f"{path}: no requests")
+    out.sort(key=lambda te: te[0])
+    return out
+
+
+def _trace(env: Environment) -> list[tuple[float, dict[str, Any]]] | None:
+    path = str(_opts(env).trace or "")
+    if not path:
+        return None
+    if path not in _TRACES:
+        _TRACES[path] = load_trace(path)
+    return _TRACES[path]
+
+
+def trace_schedule(trace: list[tuple[float, dict[str, Any]]]) -> Schedule:
+    """The schedule a trace implies, for the pool's size: its busiest second's rate. Open
+    ended: the replay ends the run once every request is answered (a distributed run ends at
+    ``-t``)."""
+    times = [t for t, _ in trace]
+    peak, lo = 1, 0
+    for hi, t in enumerate(times):
+        while t - times[lo] >= 1.0:
+            lo += 1
+        peak = max(peak, hi - lo + 1)
+    return parse_schedule(str(peak))
+
+
 def _schedule(env: Environment) -> Schedule:
+    trace = _trace(env)
+    if trace is not None:
+        return trace_schedule(trace)
     return parse_schedule(str(_opts(env).qps))
 
 
@@ -136,10 +204,32 @@ def _pool(env: Environment) -> int:
     return int(getattr(o, "specgate_pool_size", 0)) or pool_size(_schedule(env).peak_qps)
 
 
-def _clock(env: Environment, t0: float, due: Queue[float]) -> None:
+def _replay(env: Environment, t0: float, due: Queue[tuple[float, dict[str, Any] | None]]) -> None:
+    """This process's share of a trace, each request put into ``due`` at its time."""
+    runner = env.runner
+    worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
+    every = max(1, int(_opts(env).trace_workers))
+    sent = 0
+    for i, (t, entry) in enumerate(_trace(env) or ()):
+        if i % every != worker % every:
+            continue
+        gevent.sleep(max(0.0, t0 + t - time.time()))
+        due.put((t, entry))
+        sent += 1
+    if isinstance(runner, WorkerRunner):
+        return  # distributed: -t/--run-time ends the run
+    while len(_RECORDS) < sent:  # every request of the trace answered (or failed): done
+        gevent.sleep(0.05)
+    runner.quit()
+
+
+def _clock(env: Environment, t0: float, due: Queue[tuple[float, dict[str, Any] | None]]) -> None:
     """This process's arrivals: one Poisson stream at the schedule's rate (a worker's share
     of it in a distributed run), each put into ``due`` at its time. The first idle user
     takes it, so requests leave late only when every user of the pool is busy."""
+    if _trace(env) is not None:
+        _replay(env, t0, due)
+        return
     runner = env.runner
     worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
     arrivals = PoissonPacer(_schedule(env), 1, random.Random(f"{_opts(env).seed}:{worker}:arrivals"))
@@ -151,7 +241,7 @@ def _clock(env: Environment, t0: float, due: Queue[float]) -> None:
         if t is None:
             return  # schedule over: the shape stops the run
         gevent.sleep(max(0.0, t0 + t - time.time()))
-        due.put(t)
+        due.put((t, None))
 
 
 def _latency_s(env: Environment) -> float | None:
@@ -223,8 +313,13 @@ def _on_stop(environment: Environment, **_: Any) -> None:
 
 
 class ChatUser(User):
-    """One slot of the user pool: takes the next arrival of the ``--qps`` schedule, sends a
-    request from the corpus then, and waits for its answer."""
+    """One slot of the user pool: takes the next arrival of the ``--qps`` schedule (or of the
+    trace), sends a request from the corpus (or the trace's) then, and waits for its answer.
+
+    Not Locust's ``FastHttpUser``: for a streamed answer its request event times the headers
+    only, and its streaming reads wait for 1 KB, which merges SSE events and would distort
+    TTFT and inter-token latency. The user drives FastHttpUser's client, geventhttpclient,
+    itself: one keep-alive connection per user, SSE lines read as they arrive."""
 
     abstract = False
 
@@ -245,65 +340,82 @@ class ChatUser(User):
             self.headers["authorization"] = f"Bearer {o.api_key}"
         if o.route:
             self.headers[ROUTE_HEADER] = str(o.route)
-        self.session = requests.Session()
+        url = URL(str(self.host).rstrip("/") + "/v1/chat/completions")
+        self.path = url.request_uri
+        self.client = HTTPClient.from_url(
+            url, concurrency=1, connection_timeout=10.0, network_timeout=self.timeout, block_size=65536
+        )
         self.closed_loop = self.schedule.peak_qps == 0
         self.arrival: float | None = None  # when the next request is due, s since the start
+        self.entry: dict[str, Any] | None = None  # the trace's request for it, if replaying
 
     def on_stop(self) -> None:
-        self.session.close()
+        self.client.close()
 
     # Locust calls wait_time() between tasks; on_start also waits before the first one.
     def wait_time(self) -> float:
         if self.closed_loop:
             return 0.0
-        self.arrival = _DUE.get()  # the next arrival that is due (blocks while none is)
+        self.arrival, self.entry = _DUE.get()  # the next arrival that is due (blocks while none is)
         return 0.0
 
     def on_start(self) -> None:
         if not self.closed_loop:
             self.wait()
 
-    @task
-    def chat(self) -> None:
+    def _request(self) -> tuple[dict[str, Any], str, str, float]:
+        """The body to send, its kind and subkind labels, and its temperature."""
+        entry = self.entry
+        if entry is not None:
+            body = dict(entry["body"])
+            body["stream"] = self.stream
+            if self.stream:
+                body["stream_options"] = {"include_usage": True}
+            else:
+                body.pop("stream_options", None)
+            t = body.get("temperature", 1.0)
+            temp = float(t) if isinstance(t, int | float) else 1.0
+            return body, str(entry.get("kind") or "trace"), "", temp
         req = sample(
             self.rng, self.mix, self.temps, max_tokens_cap=int(_opts(self.environment).max_tokens_cap)
         )
-        body = to_openai_body(req, self.model, stream=self.stream)
+        return to_openai_body(req, self.model, stream=self.stream), req.kind, req.subkind, req.temperature
+
+    @task
+    def chat(self) -> None:
+        body, kind, subkind, temperature = self._request()
         now = time.time()
         t0 = _T0 if _T0 is not None else now
         scheduled = t0 + self.arrival if self.arrival is not None else now
         stage = self.schedule.stage_index(scheduled - t0) or 0
         rec = RequestRecord(
             start=now,
-            kind=req.kind,
-            subkind=req.subkind,
-            temperature=req.temperature,
+            kind=kind,
+            subkind=subkind,
+            temperature=temperature,
             ok=False,
             lateness=max(0.0, now - scheduled) if not self.closed_loop else 0.0,
             stage=stage,
         )
-        url = self.host.rstrip("/") + "/v1/chat/completions"
         exc: BaseException | None = None
+        gaps: list[float] = []
         start = time.perf_counter()
         try:
-            with self.session.post(
-                url,
-                data=json.dumps(body),
-                headers=self.headers,
-                stream=self.stream,
-                timeout=(10, self.timeout),
-            ) as resp:
+            resp = self.client.request("POST", self.path, body=json.dumps(body), headers=self.headers)
+            try:
                 rec.status = resp.status_code
-                rec.route = resp.headers.get(ROUTE_HEADER, "")
-                rec.reason = resp.headers.get(REASON_HEADER, "")
+                rec.route = resp.get(ROUTE_HEADER) or ""
+                rec.reason = resp.get(REASON_HEADER) or ""
                 if resp.status_code != 200:
-                    raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
+                    raise RuntimeError(f"HTTP {resp.status_code}: {resp.read(300).decode(errors='replace')}")
                 if self.stream:
-                    self._read_stream(resp, rec, start)
+                    gaps = self._read_stream(resp, rec, start)
                 else:
-                    data = resp.json()
+                    data = json.loads(resp.read())
                     rec.output_tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
                     rec.chunks = 1
+            finally:
+                resp.release()
             rec.e2e = time.perf_counter() - start
             rec.ok = True
         except Exception as e:  # every failure is a Locust failure, never a crash of the user
@@ -311,21 +423,32 @@ class ChatUser(User):
             rec.error = f"{type(e).__name__}: {e}"[:300]
             rec.e2e = time.perf_counter() - start
         _RECORDS.append(rec)
-        self._report(rec, exc)
+        self._report(rec, exc, gaps)
 
-    def _read_stream(self, resp: requests.Response, rec: RequestRecord, start: float) -> None:
+    def _read_stream(self, resp: Any, rec: RequestRecord, start: float) -> list[float]:
+        """Read the SSE answer line by line as it comes; the gaps between output deltas (s)."""
         stream = ChatStream()
-        for data in resp.iter_content(chunk_size=512):
-            if stream.feed(data) and rec.ttft is None:
-                rec.ttft = time.perf_counter() - start
-            if stream.done:
+        gaps: list[float] = []
+        last: float | None = None
+        while not stream.done:
+            line = resp.readline(b"\n")
+            if not line:
                 break
+            if stream.feed(line):
+                now = time.perf_counter()
+                if last is None:
+                    rec.ttft = now - start
+                else:
+                    gaps.append(now - last)
+                last = now
         stream.finish()
-        rec.chunks = stream.content_chunks
+        rec.chunks = stream.output_chunks
         rec.output_tokens = stream.output_tokens
+        return gaps
 
-    def _report(self, rec: RequestRecord, exc: BaseException | None) -> None:
+    def _report(self, rec: RequestRecord, exc: BaseException | None, gaps: list[float]) -> None:
         # The request goes through Locust's request event: its row, Aggregated, failures.
+        # Its response length is its output tokens (Locust's "size" columns).
         self.environment.events.request.fire(
             request_type="POST",
             name=rec.kind,
@@ -338,14 +461,16 @@ class ChatUser(User):
             return
         # Per-request measurements get rows of their own, written straight into the stats
         # (locally and, through the worker reports, on the master) so that Aggregated and
-        # the request count stay the requests'.
+        # the request count stay the requests'. All in ms: Locust's columns are times.
         stats = self.environment.stats
         if rec.ttft is not None and self.stream:
             stats.get(rec.kind, "TTFT").log(rec.ttft * 1000, 0)
         if rec.tpot is not None and self.stream:
             stats.get(rec.kind, "TPOT").log(rec.tpot * 1000, 0)
-        if rec.tokens_per_s is not None:
-            stats.get(rec.kind, "OTPS").log(rec.tokens_per_s, 0)
+        if gaps:
+            itl = stats.get(rec.kind, "ITL")
+            for g in gaps:
+                itl.log(g * 1000, 0)
 
 
 class QpsShape(LoadTestShape):

@@ -66,7 +66,7 @@ async def stream_chat(
                 if stream.done:
                     break
             stream.finish()
-        rec.chunks = stream.content_chunks
+        rec.chunks = stream.output_chunks
         rec.output_tokens = stream.output_tokens
         rec.ok = True
     except asyncio.CancelledError:

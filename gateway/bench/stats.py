@@ -18,10 +18,10 @@ class RequestRecord:
     temperature: float
     ok: bool
     status: int = 0
-    ttft: float | None = None  # first content delta
+    ttft: float | None = None  # first output delta (content, reasoning or tool call)
     e2e: float | None = None
-    output_tokens: int = 0  # from the usage chunk when present, else content deltas
-    chunks: int = 0  # content deltas received
+    output_tokens: int = 0  # from the usage chunk when present, else output deltas
+    chunks: int = 0  # output deltas received (content, reasoning, tool calls)
     route: str = ""  # x-specgate-route response header (spec/base), when the gateway sets it
     reason: str = ""  # x-specgate-reason
     error: str = ""

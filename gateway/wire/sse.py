@@ -111,27 +111,36 @@ def json_payloads(events: list[Event]) -> list[Any]:
 class ChatStream:
     """What a client counts in an OpenAI streaming response (chat or completions).
 
-    ``feed`` bytes as they arrive; it returns how many content chunks they completed, so
-    the caller can take the time of the first one (TTFT). Stop reading once ``done``.
+    ``feed`` bytes as they arrive; it returns how many output chunks they completed (content,
+    reasoning or tool-call deltas: each is a token the engine produced), so the caller can take
+    the time of the first one (TTFT) and the gaps between them (inter-token latency). Stop
+    reading once ``done``.
     """
 
     content_chunks: int = 0
+    reasoning_chunks: int = 0  # deltas of ``reasoning`` (or the older ``reasoning_content``)
+    tool_call_chunks: int = 0  # deltas of ``tool_calls``
     completion_tokens: int | None = None  # from the usage chunk, when the server sent one
     done: bool = False  # ``data: [DONE]`` seen; later events are ignored
     decoder: EventDecoder = field(default_factory=EventDecoder, init=False, repr=False, compare=False)
 
     @property
+    def output_chunks(self) -> int:
+        """Deltas that carried output of any kind."""
+        return self.content_chunks + self.reasoning_chunks + self.tool_call_chunks
+
+    @property
     def output_tokens(self) -> int:
-        """The usage chunk's ``completion_tokens``, else the number of content chunks."""
-        return self.completion_tokens if self.completion_tokens is not None else self.content_chunks
+        """The usage chunk's ``completion_tokens``, else the number of output chunks."""
+        return self.completion_tokens if self.completion_tokens is not None else self.output_chunks
 
     def feed(self, chunk: bytes) -> int:
-        before = self.content_chunks
+        before = self.output_chunks
         for ev in self.decoder.feed(chunk):
             if self.done:
                 break
             self.take(ev)
-        return self.content_chunks - before
+        return self.output_chunks - before
 
     def take(self, ev: Event) -> None:
         """Account one event. Raises :class:`StreamError` for an error event or bad JSON."""
@@ -153,7 +162,14 @@ class ChatStream:
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta")
-            if (isinstance(delta, dict) and delta.get("content")) or choice.get("text"):
+            if isinstance(delta, dict):
+                if delta.get("content"):
+                    self.content_chunks += 1
+                elif delta.get("reasoning") or delta.get("reasoning_content"):
+                    self.reasoning_chunks += 1
+                elif delta.get("tool_calls"):
+                    self.tool_call_chunks += 1
+            elif choice.get("text"):
                 self.content_chunks += 1
         usage = obj.get("usage")
         if isinstance(usage, dict) and usage.get("completion_tokens") is not None:

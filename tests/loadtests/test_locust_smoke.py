@@ -67,11 +67,13 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
     assert int(agg["Failure Count"]) == 0, log[-3000:]
     posts = sum(int(r["Request Count"]) for (t, _), r in stats.items() if t == "POST")
     assert 20 <= posts <= 75  # ~3 req/s for 15 s, with the pool left to size itself
-    for metric in ("TTFT", "TPOT", "OTPS"):
-        counts = [int(r["Request Count"]) for (t, _), r in stats.items() if t == metric]
-        assert sum(counts) > 0, f"no {metric} samples"
+    samples = {}
+    for metric in ("TTFT", "TPOT", "ITL"):
+        samples[metric] = sum(int(r["Request Count"]) for (t, _), r in stats.items() if t == metric)
+        assert samples[metric] > 0, f"no {metric} samples"
         assert all(float(r["Median Response Time"]) > 0 for (t, _), r in stats.items() if t == metric)
-    # Aggregated counts the requests, not the TTFT/TPOT/OTPS rows beside them
+    assert samples["ITL"] > 5 * samples["TTFT"]  # every gap between tokens, not one per request
+    # Aggregated counts the requests, not the TTFT/TPOT/ITL rows beside them
     assert int(agg["Request Count"]) == posts, {k: v["Request Count"] for k, v in stats.items()}
     assert float(agg["Average Content Size"]) == pytest.approx(
         sum(
@@ -96,3 +98,47 @@ async def test_headless_locust_run_has_no_failures_and_token_metrics(
     assert {r["kind"] for r in reqs} <= {"edit", "summary", "chat"}
     assert "[specgate]" in log and "0 failed" in log
     assert "late with a pool of" not in log  # the auto pool carried the QPS on time
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_a_trace_is_replayed_at_its_times(gateway_url: str, tmp_path: Path) -> None:
+    """``--trace``: each line's body is sent at its time, labelled with its kind; a bad line
+    stops the run before any request, naming the line."""
+    trace = tmp_path / "trace.jsonl"
+    lines = [
+        {"t": 0.2 * i, "kind": "replayed", "body": {"model": "qwen3-8b", "max_tokens": 8,
+                                                     "messages": [{"role": "user", "content": f"hi {i}"}]}}
+        for i in range(6)
+    ]  # fmt: skip
+    trace.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    locust = Path(sys.executable).with_name("locust")
+    base = [
+        str(locust),
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "-H",
+        gateway_url,
+        "-t",
+        "20s",
+    ]
+    args = [*base, "--trace", str(trace), "--specgate-requests-csv", str(tmp_path / "requests.csv")]
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+    reqs = _rows(tmp_path / "requests.csv")
+    assert len(reqs) == 6 and {r["kind"] for r in reqs} == {"replayed"}
+    assert all(r["ok"] == "True" and int(r["output_tokens"]) > 0 for r in reqs)
+    starts = sorted(float(r["start"]) for r in reqs)
+    assert starts[-1] - starts[0] >= 0.9  # spread over the trace's 1 s, not sent at once
+
+    trace.write_text('{"t": 0, "body": {}}\n{"body": {}}\n')
+    bad = await asyncio.create_subprocess_exec(
+        *base, "--trace", str(trace), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await asyncio.wait_for(bad.communicate(), 60)
+    assert bad.returncode != 0 and "trace.jsonl:2" in out.decode(errors="replace")

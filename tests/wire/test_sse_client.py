@@ -164,3 +164,20 @@ def test_json_payloads_skips_empty_data_and_done_and_refuses_bad_json() -> None:
     assert json_payloads(events) == [{"a": 1}]
     with pytest.raises(ValueError):
         json_payloads(dec.feed(b"data: {not json\n\n"))
+
+
+def test_reasoning_and_tool_call_deltas_are_output_too() -> None:
+    """A thinking model streams reasoning before its answer, and a tool call streams its
+    arguments: each delta is a token the engine produced, so each counts for TTFT and ITL."""
+    s = ChatStream()
+    events = [
+        {"choices": [{"delta": {"reasoning": "Let me"}}]},
+        {"choices": [{"delta": {"reasoning_content": " think"}}]},
+        {"choices": [{"delta": {"content": "Hi"}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}}]},
+        {"choices": [{"delta": {"role": "assistant"}}]},  # no output
+    ]
+    fed = [s.feed(f"data: {json.dumps(e)}\n\n".encode()) for e in events]
+    assert fed == [1, 1, 1, 1, 0]
+    assert (s.content_chunks, s.reasoning_chunks, s.tool_call_chunks) == (1, 2, 1)
+    assert s.output_tokens == 4  # no usage chunk: the output deltas

@@ -29,7 +29,7 @@ demo: $(RUNTIME_STAMP)
 
 ## bench: policy benchmark through real sockets (emulated pair + gateway per policy and QPS, ~10 min)
 bench: $(DEV_STAMP)
-	$(BIN)/specgate bench --out loadtests/results/bench --update-readme README.md
+	$(BIN)/specgate bench --out loadtests/results/bench --update-readme docs/routing-results.md
 
 ## system-deps: Prometheus, nginx, Redis, buildah and mmdebstrap from Debian packages (real parts used by the tests)
 system-deps:

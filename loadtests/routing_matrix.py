@@ -54,7 +54,7 @@ E3_ARGS = (
     "--method", "eagle3", "-k", "3", "--max-num-seqs", "256", "--max-tokens-cap", "256",
     "--spec-config", '{"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[0.4,0.15,0.05]}',
 )  # fmt: skip
-ROUND_DAYS = {  # the simulated GPU days of rounds 17-19 (README), name: schedule and truth flags
+ROUND_DAYS = {  # the simulated GPU days of rounds 17-19 (docs/gpu-rounds.md), name: schedule and truth flags
     "round17": ("ramp:2-12:15,12:35,ramp:12-50:15,50:15,ramp:50-12:10,12:10", ()),
     "round17-like": (
         "ramp:2-12:15,12:35,ramp:12-50:15,50:15,ramp:50-12:10,12:10",
@@ -97,10 +97,10 @@ class Target:
 TARGETS = (
     Target(r"^eagle3/", "vs_best_mean", 1.02, why="issue 52"),
     Target(r"^eagle3/", "vs_best_p99", 1.10, why="issue 52"),
-    Target(r"^sweep/lookup[52]/", "vs_best_mean", 1.02, why="README, stationary sweep"),
-    Target(r"^scenario/(mix|temp)-shift/", "vs_oracle", 1.01, why="README, shifts"),
-    Target(r"^scenario/(mix|temp)-shift/", "captured", 0.90, upper=False, why="README, shifts"),
-    Target(r"^replicas/.*-peers$", "modes_differ", 0.001, why="README, joined replicas agree"),
+    Target(r"^sweep/lookup[52]/", "vs_best_mean", 1.02, why="routing-results.md, stationary sweep"),
+    Target(r"^scenario/(mix|temp)-shift/", "vs_oracle", 1.01, why="routing-results.md, shifts"),
+    Target(r"^scenario/(mix|temp)-shift/", "captured", 0.90, upper=False, why="routing-results.md, shifts"),
+    Target(r"^replicas/.*-peers$", "modes_differ", 0.001, why="routing-results.md, joined replicas agree"),
 )
 
 

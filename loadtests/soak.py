@@ -445,7 +445,7 @@ async def load(url: str, qps: float, duration: float, seed: int, st: Stats, t0: 
     async with aiohttp.ClientSession(connector=conn) as s:
         # Each hostile kind once first: the costliest inputs set the memory high-water mark
         # before the warm-up window, so the flat-memory check measures growth, not that mark
-        # (bounded on its own: README, "costly bodies").
+        # (bounded on its own: docs/reliability.md, "costly bodies").
         for case in hostile:
             await one_hostile(s, url, case, st)
         nxt = loop.time()

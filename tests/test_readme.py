@@ -28,3 +28,11 @@ def test_readme_commands_run_in_the_activated_environment() -> None:
     ]
     inline = [m.group(0) for m in re.finditer(r"`(python3|\.venv/bin/python)[^`]*`", text)]
     assert not bad and not inline, bad + inline
+
+
+def test_readme_is_a_product_page_of_at_most_400_lines() -> None:
+    """The README says what specgate is and when it pays; the rest lives in docs/ (docs/README.md)."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 400, f"README.md has {len(lines)} lines: move the detail to a docs/ page"
+    first_screen = "\n".join(lines[:50])
+    assert "make demo" in first_screen and "make test" in first_screen

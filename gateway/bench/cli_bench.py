@@ -36,6 +36,7 @@ from gateway.workload import TemperatureDist, parse_mix, sample
 POLICIES = POLICY_NAMES
 README_BEGIN = "<!-- section:bench -->"
 README_END = "<!-- /section:bench -->"
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 
 DESCRIPTION = """\
 End-to-end policy benchmark through real sockets (no GPU needed).
@@ -235,7 +236,9 @@ def update_readme(path: str, body: str) -> bool:
     return True
 
 
-def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) -> str:
+def _readme_section(
+    meta: dict[str, Any], rows: list[dict[str, Any]], png: str, kit: str = "loadtests/README.md"
+) -> str:
     return "\n".join(
         [
             "## Policy benchmark (emulated H200 pair, real sockets)",
@@ -258,7 +261,7 @@ def _readme_section(meta: dict[str, Any], rows: list[dict[str, Any]], png: str) 
             "decision reasons are in `results.json`. To load-test a deployment yourself: the Locust kit "
             "(`loadtests/locustfile.py`) and vLLM's own client (`loadtests/vllm_bench.sh`; a recorded run "
             "through the gateway is in `loadtests/results/vllm-bench-emulated.txt`); see "
-            "[loadtests/README.md](loadtests/README.md). Notes on a run (per-kind TPOT, the cross-check "
+            f"[loadtests/README.md]({kit}). Notes on a run (per-kind TPOT, the cross-check "
             "against the socket-free `specgate simulate`) sit beside its results.",
         ]
     )
@@ -314,10 +317,12 @@ async def _sweep(
 
 def _code_version() -> str | None:
     """``git describe --always --dirty`` of the checkout the gateway ran from, when it is one."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         out = subprocess.run(
-            ["git", "-C", root, "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+            ["git", "-C", _ROOT, "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -331,8 +336,10 @@ def _publish(args: argparse.Namespace, meta: dict[str, Any], rows: list[dict[str
     if args.update_readme and "png" not in paths:
         print(f"warning: {args.update_readme} not updated: its section shows the plot", file=sys.stderr)
     elif args.update_readme:
-        png = os.path.relpath(paths["png"], os.path.dirname(os.path.abspath(args.update_readme)) or ".")
-        if not update_readme(args.update_readme, _readme_section(meta, rows, png)):
+        here = os.path.dirname(os.path.abspath(args.update_readme)) or "."
+        png = os.path.relpath(paths["png"], here)
+        kit = os.path.relpath(os.path.join(_ROOT, "loadtests", "README.md"), here)
+        if not update_readme(args.update_readme, _readme_section(meta, rows, png, kit)):
             print(
                 f"warning: no {README_BEGIN} … {README_END} section in {args.update_readme}", file=sys.stderr
             )

@@ -79,7 +79,7 @@ class RoutingConfig(BaseModel):
         "continues the answer from the text already sent (chat: continue_final_message; completions: "
         "the prompt plus that text), so both engines do not step side by side while the old one drains. "
         "Only streams whose continuation is exact move (n=1, no seed, logprobs, tools or structured "
-        "output; see the README); the others drain",
+        "output; see docs/moves.md); the others drain",
     )
     noise_z: float = Field(
         1.0,

@@ -153,7 +153,7 @@ E3DAY = "ramp:1-40:40,40:20,ramp:40-1:40"
 EAGLE3_DAYS = (
     _eagle3(
         "eagle3-round16",
-        "round 16's H100 (README): speculation 2 × the profile at batch 8, its excess shrinking "
+        "round 16's H100 (docs/gpu-rounds.md): speculation 2 × the profile at batch 8, its excess shrinking "
         "(slope −0.8); the device 0.96 ×, falling behind as the batch grows (0.18)",
         (2.0, -0.8, 0.96, 0.18),
     ),

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLE = re.compile(r"\b(SPECGATE_(?:API|ADMIN)_KEYS)=([^\s`'\")]+)")
 DOCUMENTED = [
     "README.md",
+    "docs/gateway.md",
     "Dockerfile",
     "deploy/compose/gateway.yaml",
     "gateway/config/default.yaml",

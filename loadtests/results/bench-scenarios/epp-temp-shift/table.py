@@ -1,4 +1,4 @@
-"""The table of README.md: adaptive through specgate's proxy and through Envoy + the EPP,
+"""The table of docs/epp.md: adaptive through specgate's proxy and through Envoy + the EPP,
 each set against the same statics (the proxy run's always-spec and always-base), from the
 two runs' requests.csv (the bench side), with the scenario report's own definitions.
 

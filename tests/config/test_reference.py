@@ -191,3 +191,25 @@ def test_a_whole_list_from_env_is_the_source_of_every_setting_below_it() -> None
     assert origins.of("models.0.timeouts.connect_s") == ("default", "")
     assert origins.of("models.0.name") == ("env", "SPECGATE_MODELS")
     assert origins.of("server.port") == ("file", "<embedded default.yaml>")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "gateway/config/default.yaml",
+        "deploy/compose/gateway.yaml",
+        "deploy/k8s/base/gateway.yaml",
+        "deploy/examples/plain-engine.yaml",
+    ],
+)
+def test_the_shipped_configs_validate_against_the_json_schema(config: str) -> None:
+    """The schema works for editors and linters: the shipped files pass it, a typo does not."""
+    import jsonschema
+    import yaml
+
+    schema = json.loads((DOCS / reference.SCHEMA_FILE).read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    data = yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))
+    assert list(validator.iter_errors(data)) == []
+    data.setdefault("server", {})["prot"] = 8000
+    assert [e.validator for e in validator.iter_errors(data)] == ["additionalProperties"]

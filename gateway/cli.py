@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "gateway.advisor.cli",
         "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
     ),
+    "config-reference": (
+        "gateway.config.cli_reference",
+        "write the configuration reference (JSON Schema + Markdown) generated from the config models",
+    ),
     "envoy-config": (
         "gateway.envoy.cli_envoy_config",
         "print an Envoy config that fronts this config's engines with specgate as Endpoint Picker",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.advisor.report import Advice, bucket_edges
@@ -34,9 +34,9 @@ class AdviceCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         cls_labels = ["model", "proposer", "kind", "temperature"]
-        answers = GaugeMetricFamily(
+        answers = CounterMetricFamily(  # exposed as specgate_advice_answers_total
             "specgate_advice_answers",
-            "Answers replayed through the proposers so far.",
+            "Answers replayed through the proposers so far (a count: rate() gives answers a second).",
             labels=["model"],
         )
         acc = GaugeMetricFamily(

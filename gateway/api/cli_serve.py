@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, GatewayConfig
+from gateway.config.loader import Origins, load_config_with_origins
 from gateway.fleet.reload import ConfigSource, Reloader
 from gateway.routing.factory import POLICY_NAMES
 from gateway.telemetry.logguard import LogGuard
@@ -50,6 +51,8 @@ Configuration comes from, in increasing priority:
      plus the shortcuts SPECGATE_API_KEYS=client-key-1,client-key-2 and SPECGATE_ADMIN_KEYS=admin-key-1
      (prefer these to putting keys in files or on the command line);
   3. the flags below.
+Every setting, its default and its variable: docs/config-reference.md;
+--check --explain prints each effective value with the source it came from.
 
 Admin endpoints need an admin key; when none is configured they answer only
 loopback clients of a loopback listener whose requests carry no proxy header
@@ -112,6 +115,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check", action="store_true", help="validate the configuration, print it (keys masked) and exit"
     )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="with --check (implied): print each effective setting with where its value came from "
+        "(default, config file, environment variable or flag) instead of the YAML",
+    )
 
 
 def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
@@ -136,11 +145,36 @@ def _overrides(args: argparse.Namespace, n_models: int) -> dict[str, Any]:
     return o
 
 
-def load_from_args(args: argparse.Namespace) -> GatewayConfig:
-    cfg = load_config(args.config, overrides=_overrides(args, 0))
+# The flag that sets a dotted path (`_overrides`), for --explain.
+_FLAGS = {
+    "server.host": "--host",
+    "server.port": "--port",
+    "server.max_concurrency": "--max-concurrency",
+    "server.max_body_bytes": "--max-body-bytes",
+    "server.log_json": "--log-json",
+    "peers.url": "--peers",
+    "epp.host": "--epp-host",
+    "epp.port": "--epp-port",
+    "epp.enabled": "--epp-port",
+    "fleet.watch_config_s": "--watch-config",
+    "scrape.enabled": "--no-scrape",
+}
+
+
+def flag_of(path: str) -> str:
+    """The command-line flag that set ``path`` (a dotted path of ``_overrides``)."""
+    return "--policy" if path.endswith(".routing.policy") else _FLAGS.get(path, path)
+
+
+def load_with_origins(args: argparse.Namespace) -> tuple[GatewayConfig, Origins]:
+    cfg, origins = load_config_with_origins(args.config, overrides=_overrides(args, 0))
     if args.policy:
-        cfg = load_config(args.config, overrides=_overrides(args, len(cfg.models)))
-    return cfg
+        cfg, origins = load_config_with_origins(args.config, overrides=_overrides(args, len(cfg.models)))
+    return cfg, origins
+
+
+def load_from_args(args: argparse.Namespace) -> GatewayConfig:
+    return load_with_origins(args)[0]
 
 
 class _Formatter(logging.Formatter):
@@ -329,10 +363,15 @@ def _masked(cfg: GatewayConfig) -> str:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        cfg = load_from_args(args)
+        cfg, origins = load_with_origins(args)
     except ConfigError as exc:
         print(f"specgate: configuration error: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "explain", False):
+        from gateway.config.explain import explain
+
+        print(explain(cfg, origins, flag_of), end="")
+        return 0
     if args.check:
         print(_masked(cfg))
         return 0

@@ -69,8 +69,12 @@ class EngineTemplate(_Strict):
     api_key: SecretStr | None = Field(None, description="sent upstream as 'Authorization: Bearer'")
     method: SpecMethod | None = Field(None, description="speculative engine: its --speculative-config method")
     k: int = Field(0, ge=0, le=64, description="num_speculative_tokens")
-    prompt_lookup_min: int | None = Field(None, ge=1, le=64)
-    prompt_lookup_max: int | None = Field(None, ge=1, le=64)
+    prompt_lookup_min: int | None = Field(
+        None, ge=1, le=64, description="n-gram methods: prompt_lookup_min, in tokens (as a pair's engine)"
+    )
+    prompt_lookup_max: int | None = Field(
+        None, ge=1, le=64, description="n-gram methods: prompt_lookup_max, in tokens (as a pair's engine)"
+    )
 
 
 class DiscoveryConfig(_Strict):

@@ -110,6 +110,20 @@ class EppLimits(BaseModel):
         256, ge=1, le=65_536, description="EPP connections at once; more are closed as they come"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_defaults(cls, data: Any) -> Any:
+        """A budget given in part (``ping: {rate: 5}``, ``SPECGATE_EPP__LIMITS__PING__RATE=5``)
+        keeps its default for the other field."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            given = out.get(name)
+            if isinstance(given, dict) and field.default_factory is not None:
+                out[name] = {**field.default_factory().model_dump(), **given}  # type: ignore[call-arg]
+        return out
+
 
 class EppConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)

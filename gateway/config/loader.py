@@ -28,7 +28,8 @@ import contextlib
 import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -194,6 +195,71 @@ def _format_validation(exc: ValidationError, source: str, origins: Mapping[str, 
     return f"{source}: {n} invalid setting{'s' if n > 1 else ''}:\n" + "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """What one source of the configuration set: ``kind`` is ``cli``, ``env`` or ``file``;
+    ``set`` maps each dotted path it set (list items by index: ``models.0.routing.policy``)
+    to a detail (the override's path, the variable, the file's name); ``replaced`` holds the
+    paths where it gave a whole list, which replaces the lists of the layers below."""
+
+    kind: str
+    set: Mapping[str, str]
+    replaced: frozenset[str]
+
+    @classmethod
+    def of(cls, kind: str, data: Any, detail: Callable[[str], str]) -> Layer:
+        leaves, lists = _walk(data)
+        return cls(kind, {p: detail(p) for p in leaves}, frozenset(lists))
+
+
+@dataclass(frozen=True, slots=True)
+class Origins:
+    """Where the settings of a loaded configuration came from: its layers, highest first."""
+
+    layers: tuple[Layer, ...]
+
+    def of(self, path: str) -> tuple[str, str]:
+        """``(kind, detail)`` of the layer that gave the value at ``path``: the highest one
+        that set it (or a mapping value above it, or entries of a mapping value it is) or
+        ``("default", "")``: the model's default, or a value derived by a validator."""
+        for layer in self.layers:
+            detail = next((d for p, d in layer.set.items() if _related(p, path)), None)
+            if detail is not None:
+                return layer.kind, detail
+            if any(path.startswith(r + ".") for r in layer.replaced):
+                break  # a list this layer gave whole, without this setting
+        return "default", ""
+
+
+def _variable(variables: Mapping[str, str], path: str) -> str:
+    return next(var for p, var in variables.items() if _related(p, path))
+
+
+def _related(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _walk(data: Any, prefix: str = "") -> tuple[list[str], list[str]]:
+    """The dotted paths of the values a layer sets (into mappings and lists of mappings; an
+    empty mapping sets nothing), and those where it gives a list of mappings."""
+    leaves: list[str] = []
+    lists: list[str] = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            sub = _walk(value, f"{prefix}.{key}" if prefix else str(key))
+            leaves += sub[0]
+            lists += sub[1]
+    elif isinstance(data, list) and data and all(isinstance(v, Mapping) for v in data):
+        lists.append(prefix)
+        for i, value in enumerate(data):
+            sub = _walk(value, f"{prefix}.{i}")
+            leaves += sub[0]
+            lists += sub[1]
+    elif prefix:
+        leaves.append(prefix)
+    return leaves, lists
+
+
 def load_config(
     path: str | Path | None,
     *,
@@ -201,18 +267,37 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> GatewayConfig:
     """Read, merge and validate the configuration. Raises :class:`ConfigError`."""
+    return load_config_with_origins(path, env=env, overrides=overrides)[0]
+
+
+def load_config_with_origins(
+    path: str | Path | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[GatewayConfig, Origins]:
+    """:func:`load_config`, and where each setting came from (:class:`Origins`)."""
     env = os.environ if env is None else env
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     data, source = _read_yaml(Path(path) if path is not None else None)
+    layers = [Layer.of("file", data, lambda p: source)]
     origins: dict[str, str] = {}
-    data = _patch(data, _read_env(env, origins), origins)
-    for dotted, value in _flatten(overrides or {}).items():
+    from_env = _read_env(env, origins)
+    variables = dict(origins)
+    data = _patch(data, from_env, origins)
+    layers.append(Layer.of("env", from_env, lambda p: _variable(variables, p)))
+    cli: dict[str, Any] = {}
+    flat = _flatten(overrides or {})
+    for dotted, value in flat.items():
         origins[dotted] = _CLI
         for key in reversed(dotted.split(".")):
             value = {key: value}
         data = _patch(data, value, origins)
+        cli = _patch(cli, value, origins)
+    layers.append(Layer.of("cli", cli, lambda p: next(k for k in flat if _related(k, p))))
     try:
-        return GatewayConfig.model_validate(data)
+        cfg = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation(exc, source, origins)) from None
+    return cfg, Origins(tuple(reversed(layers)))

@@ -124,8 +124,12 @@ class ServerConfig(_Strict):
 
 class ScrapeConfig(_Strict):
     enabled: bool = Field(True, description="scrape each engine's /metrics and /health")
-    interval_s: float = Field(1.0, gt=0.0, le=60.0)
-    timeout_s: float = Field(0.5, gt=0.0, le=60.0)
+    interval_s: float = Field(
+        1.0, gt=0.0, le=60.0, description="seconds between two scrapes of each engine's /metrics and /health"
+    )
+    timeout_s: float = Field(
+        0.5, gt=0.0, le=60.0, description="one scrape's deadline; past it the scrape counts as failed"
+    )
     stale_after_s: float = Field(5.0, gt=0.0, le=3600.0, description="older scraped data is 'unknown'")
     window_s: float = Field(10.0, gt=0.0, le=3600.0, description="window of the counter deltas")
 
@@ -135,11 +139,26 @@ class EngineConfig(_Strict):
     url: str = Field(description="base URL of the vLLM OpenAI server, e.g. http://10.0.0.5:8000")
     served_model_name: str = Field(description="the model name this engine expects in requests")
     api_key: SecretStr | None = Field(None, description="sent upstream as 'Authorization: Bearer'")
-    # Declared --speculative-config of a speculative engine; None on a plain engine.
-    method: SpecMethod | None = None
-    k: int = Field(0, ge=0, le=64, description="num_speculative_tokens")
-    prompt_lookup_min: int | None = Field(None, ge=1, le=64)
-    prompt_lookup_max: int | None = Field(None, ge=1, le=64)
+    method: SpecMethod | None = Field(
+        None,
+        description="the speculative engine's --speculative-config method (ngram, eagle3, ...); "
+        "null on the plain engine",
+    )
+    k: int = Field(0, ge=0, le=64, description="num_speculative_tokens (0 on the plain engine)")
+    prompt_lookup_min: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="n-gram methods: the engine's prompt_lookup_min, in tokens (null: 2, or 1 when only "
+        "prompt_lookup_max is given)",
+    )
+    prompt_lookup_max: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="n-gram methods: the engine's prompt_lookup_max, in tokens (null: the larger of 5 and "
+        "prompt_lookup_min)",
+    )
     endpoint: str | None = Field(
         None,
         description="EPP mode: the ip:port the Envoy cluster knows this engine by (default: the url's "
@@ -203,7 +222,7 @@ class PairConfig(_Strict):
         description="the speculative engine; leave it out to run in front of the plain engine alone "
         "(every request goes to it, and the advisor says what speculation would buy)",
     )
-    base: EngineConfig
+    base: EngineConfig = Field(description="the plain engine (no speculation)")
 
     @model_validator(mode="after")
     def _roles(self) -> PairConfig:
@@ -243,8 +262,10 @@ class AdviceConfig(_Strict):
     engine is advised on that engine's own settings. vLLM's ``--speculative-config`` names."""
 
     k: int = Field(5, ge=1, le=64, description="num_speculative_tokens")
-    prompt_lookup_min: int = Field(2, ge=1, le=64)
-    prompt_lookup_max: int = Field(5, ge=1, le=64)
+    prompt_lookup_min: int = Field(
+        2, ge=1, le=64, description="shortest n-gram (tokens) the replayed proposer matches"
+    )
+    prompt_lookup_max: int = Field(5, ge=1, le=64, description="longest n-gram (tokens) it matches")
     suffix_cached_answers: int = Field(
         0,
         ge=0,
@@ -325,10 +346,17 @@ class ModelConfig(_Strict):
         default_factory=list,
         description="the model's engine pairs; may be empty only with 'discovery' (pairs found live)",
     )
-    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
-    retry: RetryConfig = Field(default_factory=RetryConfig)
-    routing: RoutingConfig = Field(default_factory=RoutingConfig)
-    advice: AdviceConfig = Field(default_factory=AdviceConfig)
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig, description="deadlines of a request")
+    retry: RetryConfig = Field(
+        default_factory=RetryConfig, description="retries on the sibling engine and when an engine is down"
+    )
+    routing: RoutingConfig = Field(
+        default_factory=RoutingConfig, description="the routing policy: which engine each request goes to"
+    )
+    advice: AdviceConfig = Field(
+        default_factory=AdviceConfig,
+        description="the n-gram proposer GET /admin/advice replays answers through",
+    )
     max_concurrency: int | None = Field(
         None, ge=1, description="requests in flight for this model before 429 (none: only the server limit)"
     )
@@ -417,10 +445,18 @@ class PeersConfig(_Strict):
 
 
 class GatewayConfig(_Strict):
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    peers: PeersConfig = Field(default_factory=PeersConfig)
-    scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
-    models: list[ModelConfig] = Field(min_length=1)
+    server: ServerConfig = Field(
+        default_factory=ServerConfig, description="the HTTP listener, its limits, keys and logging"
+    )
+    peers: PeersConfig = Field(
+        default_factory=PeersConfig, description="the optional channel between gateway replicas (Redis)"
+    )
+    scrape: ScrapeConfig = Field(
+        default_factory=ScrapeConfig, description="how the engines' /metrics and /health are read"
+    )
+    models: list[ModelConfig] = Field(
+        min_length=1, description="the models served, each on its engine pairs (at least one)"
+    )
     telemetry: TelemetryConfig = Field(
         default_factory=TelemetryConfig,
         description="metrics, traces and the access log (tracing itself is switched on by OTEL_* variables)",

@@ -2,7 +2,10 @@
 
 Names follow Prometheus conventions (``specgate_`` prefix, base units, ``_total`` counters).
 Every label value passes a :class:`~gateway.telemetry.labels.LabelGuard`, so the number of
-series stays bounded whatever clients send.
+series stays bounded whatever clients send. The registry leaves out the ``*_created``
+samples prometheus_client adds to every counter, histogram and summary (one more series
+each, which nothing here reads); only this registry: an emulated vLLM in the same process
+keeps vLLM's.
 """
 
 from __future__ import annotations
@@ -50,6 +53,20 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
 SCRAPE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+class Registry(CollectorRegistry):
+    """A :class:`CollectorRegistry` whose exposition has no ``<name>_created`` samples."""
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in super().collect():
+            if metric.type in _WITH_CREATED:
+                created = metric.name + "_created"
+                metric.samples = [s for s in metric.samples if s.name != created]
+            yield metric
+
+
+_WITH_CREATED = frozenset({"counter", "histogram", "summary"})
+
+
 class _Labelled:
     """A labelled metric whose children are cached (``labels()`` validates and locks each call)."""
 
@@ -77,7 +94,7 @@ class GatewayMetrics:
         process_metrics: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry(auto_describe=True)
         self.clock = clock
         r = self.registry
         self.model = LabelGuard(

@@ -16,8 +16,10 @@ Policy snapshot keys read (all optional; a missing key exports no sample, never 
   same as a mean acceptance length)
 - ``last_predicted_speedup`` / ``predicted_speedup`` (>1 favours the speculative engine)
 - ``learned`` (``{class: {"tokens_per_step": x}}``)
-- any other number, top-level or one level down in a dict of numbers, is exported as
-  ``specgate_routing_state{key=...}`` (keys bounded)
+- the adaptive policy's cost-model figures, each a gauge of its own (:data:`NAMED_GAUGES`:
+  ``context_tokens``, ``mix_tokens_per_step``, ``mix_verified_tokens_per_step``,
+  ``live_acceptance_ratio``, ``live_draft_ratio``), ``step_scale`` (``{route: x}``) and
+  ``probes`` (a count). Other keys are not exported (``GET /admin/state`` shows them all).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.routing.types import EngineView, ModelView
@@ -45,9 +47,30 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "predicted_speedup": ("last_predicted_speedup", "predicted_speedup", "speedup"),
 }
-_STRUCTURED = {"mode", "policy", "modes", "learned", "reasons", "recent_decisions"}
-_NAMED = {k for keys in _ALIASES.values() for k in keys} | _STRUCTURED
-_MAX_GENERIC_KEYS = 32
+# snapshot key -> (metric name, help): numbers of the adaptive policy's snapshot.
+NAMED_GAUGES: dict[str, tuple[str, str]] = {
+    "context_tokens": (
+        "specgate_routing_context_tokens",
+        "Mean context (prompt tokens) of the model's recent requests: where the step-time profile is read.",
+    ),
+    "mix_tokens_per_step": (
+        "specgate_routing_mix_tokens_per_step",
+        "Expected tokens per speculative step over the recent traffic mix (what the regimes are priced on).",
+    ),
+    "mix_verified_tokens_per_step": (
+        "specgate_routing_mix_verified_tokens_per_step",
+        "Tokens a speculative step verifies per sequence (1 + drafts) over the recent traffic mix.",
+    ),
+    "live_acceptance_ratio": (
+        "specgate_routing_live_acceptance_ratio",
+        "The speculative engine's windowed acceptance over what the router expected of the traffic it "
+        "sent there (1: as predicted).",
+    ),
+    "live_draft_ratio": (
+        "specgate_routing_live_draft_ratio",
+        "The speculative engine's drafted tokens per step over what was expected (1: as predicted).",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +186,16 @@ class _Families:
             "Learned expected tokens per speculative step of each request class.",
             labels=["model", "class"],
         )
-        self.generic = g(
-            "specgate_routing_state", "Other numeric routing-policy state, by key.", labels=["model", "key"]
+        self.named = {key: g(name, doc, labels=["model"]) for key, (name, doc) in NAMED_GAUGES.items()}
+        self.step_scale = g(
+            "specgate_routing_step_time_scale",
+            "Measured step time of each engine over the step-time profile's (1: as profiled), by route.",
+            labels=["model", "route"],
+        )
+        self.probes = CounterMetricFamily(
+            "specgate_routing_probes",
+            "Requests sent to the speculative engine as probes while the model was in fallback.",
+            labels=["model"],
         )
 
     def all(self) -> list[Metric]:
@@ -186,7 +217,9 @@ class _Families:
             self.class_mode,
             self.class_speedup,
             self.learned,
-            self.generic,
+            *self.named.values(),
+            self.step_scale,
+            self.probes,
         ]
 
 
@@ -195,7 +228,6 @@ class RoutingStateCollector(Collector):
 
     def __init__(self, source: StateSource | None = None, max_label_values: int = 64) -> None:
         self.source = source
-        self._keys = LabelGuard(_MAX_GENERIC_KEYS)
         self._modes = LabelGuard(max_label_values)
         self._classes = LabelGuard(max_label_values)
 
@@ -264,17 +296,19 @@ class RoutingStateCollector(Collector):
             v = _pick(snap, name)
             if v is not None:
                 target.add_metric([m], v)
-        for key, value in snap.items():
-            if key in _NAMED:
-                continue
-            v = _num(value)
+        for key, gauge in fam.named.items():
+            v = _num(snap.get(key))
             if v is not None:
-                fam.generic.add_metric([m, self._keys(key)], v)
-            elif isinstance(value, Mapping):
-                for sub, subval in value.items():
-                    v = _num(subval)
-                    if v is not None:
-                        fam.generic.add_metric([m, self._keys(f"{key}.{sub}")], v)
+                gauge.add_metric([m], v)
+        scales = snap.get("step_scale")
+        if isinstance(scales, Mapping):
+            for route in ("spec", "base"):
+                v = _num(scales.get(route))
+                if v is not None:
+                    fam.step_scale.add_metric([m, route], v)
+        v = _num(snap.get("probes"))
+        if v is not None:
+            fam.probes.add_metric([m], v)
 
     @staticmethod
     def _engine(fam: _Families, m: str, ev: EngineView) -> None:

@@ -74,7 +74,7 @@ async def test_the_gateway_serves_advice_from_the_answers_it_relayed() -> None:
         for line in exposition.splitlines()
         if line.startswith("specgate_advice_")
     }
-    assert samples['specgate_advice_answers{model="qwen3-8b"}'] == 4.0
+    assert samples['specgate_advice_answers_total{model="qwen3-8b"}'] == 4.0
     key = (
         'specgate_advice_acceptance_rate{kind="edit",model="qwen3-8b",proposer="ngram",temperature="0-0.05"}'
     )

@@ -161,5 +161,5 @@ async def test_the_gateway_in_front_of_a_plain_engine_alone_routes_to_it_and_adv
     assert advice["suffix"]["all"]["requests"] == 4
     model = state["models"]["qwen3-8b"]
     assert model["pairs"][0]["spec"] is None and model["pairs"][0]["base"]["name"] == "plain"
-    assert 'specgate_advice_answers{model="qwen3-8b"} 4.0' in exposition
+    assert 'specgate_advice_answers_total{model="qwen3-8b"} 4.0' in exposition
     assert 'engine="plain"' in exposition and 'engine="spec0"' not in exposition

@@ -377,3 +377,12 @@ def test_serve_check_fails_cleanly_on_a_bad_env_variable(
         assert needle in captured.err, captured.err
     for raw in ("Traceback", "validation error for", "errors.pydantic.dev", "SettingsError"):
         assert raw not in captured.err, captured.err
+
+
+def test_an_epp_budget_given_in_part_keeps_its_other_default(tmp_path: Path) -> None:
+    cfg = load_config(None, env={"SPECGATE_EPP__LIMITS__PING__RATE": "5"})
+    assert (cfg.epp.limits.ping.rate, cfg.epp.limits.ping.burst) == (5.0, 100.0)
+    data = _minimal()
+    data["epp"] = {"limits": {"streams": {"burst": 7}}}
+    cfg = load_config(_write(tmp_path, data), env={})
+    assert (cfg.epp.limits.streams.rate, cfg.epp.limits.streams.burst) == (20_000.0, 7.0)

@@ -1,10 +1,11 @@
 """Render a kustomization: with a kustomize binary when one is installed, else in Python.
 
 The Python renderer covers exactly the kustomize features deploy/k8s uses — resources
-(files and directories), components, namespace, labels, images and configMapGenerator —
-and refuses anything else, so it can never silently build something different.
-Generated ConfigMaps keep their plain names here (kustomize appends a content hash and
-rewrites the references; the tests look names up through the references either way).
+(files and directories), components, namespace, labels, images and configMapGenerator
+(with its options labels, annotations and disableNameSuffixHash) — and refuses anything
+else, so it can never silently build something different. Generated ConfigMaps keep their
+plain names here (kustomize appends a content hash unless told not to, and rewrites the
+references; the tests look names up through the references either way).
 """
 
 from __future__ import annotations
@@ -122,13 +123,19 @@ def build_in_python(directory: Path, *, component: bool = False) -> list[dict[st
             assert target.is_file(), f"{kfile}: resource {ref} does not exist"
             docs += copy.deepcopy(_docs(target))
     for gen in k.get("configMapGenerator", []):
+        unknown = set(gen) - {"name", "files", "literals", "options"}
+        options = gen.get("options", {})
+        unknown |= set(options) - {"labels", "annotations", "disableNameSuffixHash"}
+        assert not unknown, f"{kfile}: the Python renderer does not support {sorted(unknown)}"
         data = {key: p.read_text(encoding="utf-8") for key, p in _generator_files(gen, directory).items()}
         for literal in gen.get("literals", []):
             key, _, value = literal.partition("=")
             data[key] = value
-        docs.append(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data}
-        )
+        meta: dict[str, Any] = {"name": gen["name"]}
+        for field in ("labels", "annotations"):
+            if options.get(field):
+                meta[field] = dict(options[field])
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
     for ref in k.get("components", []):
         docs += build_in_python(directory / ref, component=True)
 

@@ -23,6 +23,7 @@ import yaml
 from gateway.config import GatewayConfig, load_config
 from gateway.routing.factory import build_policy
 from tests.deploy import kustomize
+from tests.deploy.crds import PROMETHEUSRULE_SCHEMA
 from tests.deploy.helpers import K8S, REPO, emulator_engines, find, one
 from tests.deploy.test_epp_manifests import EPP_CRD_SCHEMAS
 
@@ -114,7 +115,11 @@ SERVICEMONITOR_SCHEMA = {
     },
 }
 # The InferencePool and HTTPRoute of components/epp: the fields of their CRDs, strictly.
-CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICEMONITOR_SCHEMA, **EPP_CRD_SCHEMAS}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICEMONITOR_SCHEMA,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUSRULE_SCHEMA,
+    **EPP_CRD_SCHEMAS,
+}
 
 
 def validate(obj: Doc) -> None:
@@ -131,9 +136,9 @@ def manifest_files() -> list[Path]:
     generated: set[Path] = set()
     for d in KUSTOMIZATIONS:
         files |= kustomize.referenced_files(d)
-        k = kustomize._load(kustomize.kustomization_file(d))
-        for gen in k.get("configMapGenerator", []):
-            generated |= set(kustomize._generator_files(gen, d).values())
+    for kfile in (f for f in files if f.name in kustomize.KUSTOMIZATION_NAMES):  # deploy/grafana's too
+        for gen in kustomize._load(kfile).get("configMapGenerator", []):
+            generated |= set(kustomize._generator_files(gen, kfile.parent).values())
     return sorted(f for f in files - generated if f.name != "kustomization.yaml")
 
 
@@ -442,12 +447,14 @@ def test_servicemonitors_scrape_gateway_and_label_engines_like_the_config() -> N
         assert seen == engine_names
 
 
-def test_prometheus_operator_overlay_is_the_gpu_overlay_plus_monitors() -> None:
+def test_prometheus_operator_overlay_is_the_gpu_overlay_plus_monitoring() -> None:
     base = {_identity(o) for o in docs(K8S / "overlays" / "gpu")}
     plus = {_identity(o) for o in docs(K8S / "overlays" / "gpu-prometheus-operator")}
     assert plus - base == {
         ("ServiceMonitor", "specgate", "specgate"),
         ("ServiceMonitor", "specgate-engines", "specgate"),
+        ("PrometheusRule", "specgate", "specgate"),
+        ("ConfigMap", "specgate-dashboard", "specgate"),
     }
     assert base <= plus
 

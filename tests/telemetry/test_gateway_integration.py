@@ -77,6 +77,8 @@ async def test_streamed_request_metrics_spans_and_traceparent_to_engine() -> Non
     # Live routing state of the model is exported (the temperature policy has no break-even).
     assert _value(metrics, "specgate_routing_policy_info", model="m1", policy="temperature") == 1
     assert _value(metrics, "specgate_engine_up", model="m1", engine="spec0", route="spec") == 1
+    # No *_created series beside the counters and histograms (the app's own /metrics).
+    assert [line for line in metrics.splitlines() if "_created" in line] == []
 
 
 async def test_failover_counts_retry_and_marks_attempt_span() -> None:

@@ -44,6 +44,10 @@ def test_routing_state_collector_reads_source_at_scrape_time(tel: GatewayTelemet
         "predicted_speedup": 1.7,
         "hysteresis": 0.1,
         "note": "strings other than mode/policy are not exported",
+        "context_tokens": 812,
+        "live_acceptance_ratio": 0.93,
+        "step_scale": {"spec": 1.1, "base": 0.97, "other": 5.0},
+        "probes": 7,
     }
     calls = []
 
@@ -72,7 +76,14 @@ def test_routing_state_collector_reads_source_at_scrape_time(tel: GatewayTelemet
     assert s[("specgate_routing_probe_share", (("model", "m1"),))] == 0.05
     assert s[("specgate_routing_break_even_acceptance_rate", (("model", "m1"),))] == 0.31
     assert s[("specgate_routing_predicted_speedup", (("model", "m1"),))] == 1.7
-    assert s[("specgate_routing_state", (("key", "hysteresis"), ("model", "m1")))] == 0.1
+    assert s[("specgate_routing_context_tokens", (("model", "m1"),))] == 812
+    assert s[("specgate_routing_live_acceptance_ratio", (("model", "m1"),))] == 0.93
+    assert s[("specgate_routing_step_time_scale", (("model", "m1"), ("route", "spec")))] == 1.1
+    assert s[("specgate_routing_step_time_scale", (("model", "m1"), ("route", "base")))] == 0.97
+    assert s[("specgate_routing_probes_total", (("model", "m1"),))] == 7
+    # No catch-all family: a number without a name of its own is not exported.
+    assert not any(name == "specgate_routing_state" or ("key", "hysteresis") in lab for name, lab in s)
+    assert ("specgate_routing_mix_tokens_per_step", (("model", "m1"),)) not in s  # absent: no sample
     assert not any(name == "specgate_spec_acceptance_rate" and ("engine", "base-0") in lab for name, lab in s)
     # The state changes between scrapes: the collector shows the new one.
     snapshot["mode"] = "fallback"
@@ -190,3 +201,31 @@ def test_adaptive_policy_snapshot_is_exported(tel: GatewayTelemetry) -> None:
     assert "specgate_routing_class_mode" in names
     modes = [lab for name, lab in s if name == "specgate_routing_mode"]
     assert len(modes) == 1 and dict(modes[0])["mode"] in {"speculating", "fallback", "mixed"}
+
+
+def test_the_adaptive_policys_snapshot_feeds_every_named_routing_gauge(tel: GatewayTelemetry) -> None:
+    """The named gauges read keys of the policy's public snapshot(): each is there (a renamed
+    key would silently drop its gauge), and a fresh policy exports them all."""
+    from gateway.routing.config import RoutingConfig
+    from gateway.routing.factory import build_policy
+    from gateway.telemetry.state import NAMED_GAUGES
+
+    snapshot = build_policy(RoutingConfig(policy="adaptive")).snapshot()
+    assert set(NAMED_GAUGES) <= set(snapshot)
+    assert set(snapshot["step_scale"]) == {"spec", "base"}  # type: ignore[arg-type]
+    tel.set_state_source(lambda: [ModelState("m1", _view(), snapshot)])
+    names = {name for name, labels in _samples(tel) if ("model", "m1") in labels}
+    assert {name for name, _ in NAMED_GAUGES.values()} <= names
+    assert {"specgate_routing_step_time_scale", "specgate_routing_probes_total"} <= names
+
+
+def test_no_created_series_on_the_gateways_registry_only(tel: GatewayTelemetry) -> None:
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    tel.record_scrape("spec-0", True, 0.01)
+    page = tel.exposition().decode()
+    assert "specgate_engine_scrapes_total" in page and "specgate_engine_scrape_duration_seconds_count" in page
+    assert "_created" not in page
+    other = CollectorRegistry()
+    Counter("vllm_like", "an engine's counter in the same process", registry=other).inc()
+    assert b"vllm_like_created" in generate_latest(other)  # prometheus_client's default kept elsewhere

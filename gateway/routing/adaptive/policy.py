@@ -57,7 +57,7 @@ def _queues(e: EngineView) -> bool:
     return (e.stats.waiting or 0.0) > 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Priced:
     """Step 1's result: a request and both regimes priced at the load it found."""
 

@@ -12,8 +12,11 @@ from gateway.routing.adaptive.shared import DeviceView
 from gateway.routing.types import PairView, Reason, RequestFeatures, Route
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Situation:
+    """One request's situation, built once per decision (read-only by convention: the
+    overrides read it, none writes it)."""
+
     features: RequestFeatures
     pair: PairView
     now: float

@@ -87,10 +87,10 @@ class StepScales:
     def measured_near(self, spec: bool, load: float, now: float) -> bool:
         """Whether the engine was measured lately within an octave of ``load``: at least
         one recent fit's weight (decayed) in the bins there."""
-        at = load_bin(load)
+        at, near = load_bin(load), _K.near_bins
         weight = 0.0
         for (s, b), t in self.tracks.items():
-            if s is spec and abs(b - at) <= _K.near_bins:
+            if s is spec and abs(b - at) <= near:
                 t.decay(now, self.tau_s)
                 weight += t.weight
         return weight >= _K.near_weight
@@ -113,9 +113,10 @@ class StepScales:
         """(Σ kernel × total, Σ kernel × weight) of one engine's tracks around bin ``at``
         (``near``: only those within an octave)."""
         num = den = 0.0
+        bins, floor = _K.near_bins, 0.0 if near else _K.kernel_floor
         for (s, b), t in self.tracks.items():
-            if s is spec and (not near or abs(b - at) <= _K.near_bins):
-                k = _kernel(abs(b - at), 0.0 if near else _K.kernel_floor)
+            if s is spec and (not near or abs(b - at) <= bins):
+                k = _kernel(abs(b - at), floor)
                 num += k * t.total
                 den += k * t.weight
         return num, den

@@ -5,7 +5,13 @@ inside functions and ``if TYPE_CHECKING:`` blocks alike) and its imports of othe
 ``gateway`` packages become edges of a package graph. Two rules hold on that graph:
 
 (a) no cycles between packages;
-(b) a package imports only packages of a strictly lower layer in :data:`LAYERS`.
+(b) a package imports only packages of a strictly lower layer in :data:`LAYERS`;
+
+and one on the graph of the modules themselves:
+
+(d) no cycles between modules, inside a package's folders as across them (a module that
+needs another's names at import time and is needed by it is one module split in two, or
+a lazy import hiding the loop).
 
 The request's data path is api → routing → proxy → engines: the surface decides with
 the routing core, then the proxy forwards to an engine. Imports do not follow that order
@@ -174,6 +180,19 @@ def edges() -> list[Edge]:
     return gateway_edges()
 
 
+def module_edges() -> dict[str, set[str]]:
+    """module -> the ``gateway`` modules it imports (a package stands for its ``__init__``)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        module = module_name(path)
+        is_package = path.name == "__init__.py"
+        targets = graph.setdefault(module, set())
+        for _, target in imported_modules(path.read_text(), module, is_package=is_package):
+            if target != module and _is_module(target):
+                targets.add(target)
+    return graph
+
+
 def test_every_package_has_a_layer() -> None:
     packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     missing = sorted(packages - LAYERS.keys())
@@ -191,6 +210,26 @@ def test_no_import_cycles_between_packages(edges: list[Edge]) -> None:
         if any({e[0], e[1]} <= set(c) for c in cycles)
     ]
     assert not cycles, f"import cycles between packages {cycles}:\n" + "\n".join(detail)
+
+
+# Known module cycles, each to be broken (not to be added to): the HTTP/2 stream types the
+# connection that owns it (h2stream -> h2 under TYPE_CHECKING) while h2 is being reworked.
+KNOWN_MODULE_CYCLES = [
+    ["gateway.envoy.h2", "gateway.envoy.h2recv", "gateway.envoy.h2send", "gateway.envoy.h2stream"]
+]
+
+
+def test_no_import_cycles_between_modules() -> None:
+    graph = module_edges()
+    cycles = [c for c in package_cycles(graph) if c not in KNOWN_MODULE_CYCLES]
+    detail = [
+        f"{src} -> {dst}"
+        for cycle in cycles
+        for src in cycle
+        for dst in sorted(graph.get(src, ()))
+        if dst in cycle
+    ]
+    assert not cycles, f"import cycles between modules {cycles}:\n" + "\n".join(detail)
 
 
 def test_no_package_imports_a_layer_above_or_beside_it(edges: list[Edge]) -> None:
@@ -264,6 +303,12 @@ def test_the_checks_catch_a_cycle_and_an_upward_import() -> None:
     assert package_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert package_cycles({"a": {"b"}, "b": set()}) == []
     assert package_of("gateway.cli") == "cli" and package_of("gateway.proxy.forward") == "proxy"
+
+
+def test_the_module_graph_holds_the_known_edges() -> None:
+    graph = module_edges()
+    assert "gateway.routing.adaptive.policy" in graph["gateway.routing.adaptive"]  # the package's re-export
+    assert "gateway.routing.config" in graph["gateway.routing.factory"]
 
 
 def test_the_graph_holds_the_known_edges(edges: list[Edge]) -> None:

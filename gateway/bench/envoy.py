@@ -10,15 +10,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from gateway.config import load_config
 from gateway.envoy.bootstrap import envoy_config
-
-if TYPE_CHECKING:
-    from gateway.bench.procs import Proc
 
 PROXY = "proxy"
 ENVOY_EPP = "envoy-epp"
@@ -66,10 +63,7 @@ def write_envoy_config(
     return doc
 
 
-def envoy_proc(binary: str, config_path: str, log_path: str) -> Proc:
-    """Envoy on ``config_path``: one worker thread, an unused base id (its shared memory),
-    warnings and its access log (one JSON line per request) in ``log_path``."""
-    from gateway.bench.procs import Proc
-
-    args = ["--concurrency", "1", "--use-dynamic-base-id", "--log-level", "warn"]
-    return Proc("envoy", [*args, "-c", config_path], log_path, program=[binary])
+def envoy_args(config_path: str) -> list[str]:
+    """Envoy's arguments on ``config_path``: one worker thread, an unused base id (its shared
+    memory), warnings and its access log (one JSON line per request) in its log."""
+    return ["--concurrency", "1", "--use-dynamic-base-id", "--log-level", "warn", "-c", config_path]

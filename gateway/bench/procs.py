@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from gateway.bench.envoy import ENVOY_EPP, PROXY, VIAS, envoy_binary, envoy_proc, write_envoy_config
+from gateway.bench.envoy import ENVOY_EPP, PROXY, VIAS, envoy_args, envoy_binary, write_envoy_config
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -349,7 +349,12 @@ async def policy_stack(
                 listen_port, admin_port = free_port(), free_port()
                 envoy_path = os.path.join(logdir, f"{name}-envoy.yaml")
                 write_envoy_config(cfg_path, envoy_path, listen_port=listen_port, admin_port=admin_port)
-                front = envoy_proc(envoy, envoy_path, os.path.join(logdir, f"{name}-envoy.log"))
+                front = Proc(
+                    "envoy",
+                    envoy_args(envoy_path),
+                    os.path.join(logdir, f"{name}-envoy.log"),
+                    program=[envoy],
+                )
                 fronts.append((front, f"http://127.0.0.1:{admin_port}/ready"))
                 front_urls.append(f"http://127.0.0.1:{listen_port}")
             gws.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from gateway.routing.factory import PolicyName
+from gateway.routing.names import PolicyName
 
 
 class RoutingConfig(BaseModel):

@@ -1,40 +1,48 @@
-"""The registry of routing policies: every name a model's ``routing.policy`` may take, and what builds it.
+"""The registry of routing policies: what builds each name a model's ``routing.policy``
+may take (:mod:`gateway.routing.names`).
 
-:data:`POLICIES` is the one list of policy names. The config's policy type
-(:data:`PolicyName`, used by :class:`~gateway.routing.config.RoutingConfig`) and the
-command lines' ``--policy`` choices derive from it; a policy added here is accepted
-everywhere.
+:data:`POLICIES` maps every name of :data:`~gateway.routing.names.POLICY_NAMES` to its
+builder; the config's policy type and the command lines' ``--policy`` choices derive from
+the names, and a policy is added in both places (an import-time check keeps them equal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated, Final, TypeAlias
+from typing import Final, TypeAlias
 
-from pydantic import BeforeValidator, WithJsonSchema
-from pydantic_core import PydanticCustomError
-
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.config import RoutingConfig
+from gateway.routing.names import (
+    ADAPTIVE,
+    ALWAYS_BASE,
+    ALWAYS_SPEC,
+    POLICY_NAMES,
+    STATIC_BASELINES,
+    TEMPERATURE,
+    PolicyName,
+)
 from gateway.routing.static import FixedPolicy, TemperaturePolicy
 from gateway.routing.types import Policy, Route
 
-if TYPE_CHECKING:
-    from gateway.routing.config import RoutingConfig
+__all__ = [
+    "ADAPTIVE",
+    "ALWAYS_BASE",
+    "ALWAYS_SPEC",
+    "POLICIES",
+    "POLICY_NAMES",
+    "STATIC_BASELINES",
+    "TEMPERATURE",
+    "PolicyBuilder",
+    "PolicyName",
+    "build_policy",
+]
 
-PolicyBuilder: TypeAlias = Callable[["RoutingConfig"], Policy]
-
-ADAPTIVE: Final = "adaptive"
-ALWAYS_SPEC: Final = "always-spec"
-ALWAYS_BASE: Final = "always-base"
-TEMPERATURE: Final = "temperature"
-# The two static baselines the adaptive policy is measured against.
-STATIC_BASELINES: Final = (ALWAYS_SPEC, ALWAYS_BASE)
+PolicyBuilder: TypeAlias = Callable[[RoutingConfig], Policy]
 
 
 def _adaptive(cfg: RoutingConfig) -> Policy:
-    # Imported when built: the adaptive policy reads RoutingConfig, whose policy type reads this module.
-    from gateway.routing.adaptive import AdaptivePolicy
-
     return AdaptivePolicy(cfg)
 
 
@@ -59,26 +67,8 @@ POLICIES: Final[Mapping[str, PolicyBuilder]] = MappingProxyType(
         TEMPERATURE: _temperature,
     }
 )
-POLICY_NAMES: Final[tuple[str, ...]] = tuple(POLICIES)
-
-
-def _registered(name: object) -> object:
-    if not isinstance(name, str) or name not in POLICIES:
-        quoted = [repr(n) for n in POLICY_NAMES]
-        raise PydanticCustomError(
-            "literal_error",
-            "Input should be {expected}",
-            {"expected": f"{', '.join(quoted[:-1])} or {quoted[-1]}"},
-        )
-    return name
-
-
-# The config's policy field: a registered name (validated, and listed in the JSON schema).
-PolicyName: TypeAlias = Annotated[
-    str,
-    BeforeValidator(_registered),
-    WithJsonSchema({"enum": list(POLICY_NAMES), "type": "string"}),
-]
+if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - a policy added in one place only
+    raise RuntimeError(f"policy builders {tuple(POLICIES)} differ from the names {POLICY_NAMES}")
 
 
 def build_policy(cfg: RoutingConfig) -> Policy:

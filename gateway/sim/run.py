@@ -332,7 +332,7 @@ def _regime(policy: object) -> tuple[bool, bool] | None:
 
 def _mode(policy: object) -> str | None:
     """The policy's mode as ``GET /admin/state`` names it (None for a policy without one)."""
-    speculating = getattr(getattr(policy, "mode", None), "speculating", None)
-    if not isinstance(speculating, bool):
+    regime = _regime(policy)
+    if regime is None:
         return None
-    return "speculating" if speculating else "fallback"
+    return "speculating" if regime[0] else "fallback"

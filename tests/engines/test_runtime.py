@@ -95,4 +95,4 @@ def test_a_policy_learns_the_pairs_method_when_the_runtime_is_built() -> None:
     )
     policy = AdaptivePolicy(cfg.models[0].routing)
     ModelRuntime.from_config(cfg.models[0], policy)
-    assert (policy.method, policy.k) == ("eagle3", 3)
+    assert (policy.estimator.method, policy.estimator.k) == ("eagle3", 3)

@@ -153,14 +153,19 @@ async def test_two_replicas_share_requests_answers_and_one_regime(
                 STEP_S,
             )
         await until(
-            "b to learn from a's answers", lambda: bool(pb.learner.snapshot(pb.live.last_update)), b.peers
+            "b to learn from a's answers",
+            lambda: bool(pb.estimator.learner.snapshot(pb.estimator.live.last_update)),
+            b.peers,
         )
         assert b.models[MODEL].inflight == 0  # b routed nothing itself
 
         # b follows a's regime
         await until(
             "b to follow a's regime",
-            lambda: pb.leader_mode is not None and pb.mode.speculating == pa.mode.speculating,
+            lambda: (
+                pb.cluster.leader_mode is not None
+                and pb.controller.mode.speculating == pa.controller.mode.speculating
+            ),
             b.peers,
         )
         assert not b.peers.leader

@@ -105,34 +105,34 @@ async def test_the_leader_decides_the_regime_and_the_others_follow_with_their_st
 ) -> None:
     hub, clock, a, b = two
     assert a.service.leader and not b.service.leader
-    a.policy.mode.follow(True)
+    a.policy.controller.mode.follow(True)
     a.service._publish_regime(MODEL)
     await settle(hub, a, b)
-    assert b.policy.leader_mode is True and b.policy.mode.speculating
+    assert b.policy.cluster.leader_mode is True and b.policy.controller.mode.speculating
     # the leader leaves spec (busy pair, not quiet): b follows, and its streams on spec move
-    a.policy.mode.follow(False)
-    a.policy._quiet = False
+    a.policy.controller.mode.follow(False)
+    a.policy.quiet.quiet = False
     a.service._publish_regime(MODEL)
     await settle(hub, a, b)
-    assert not b.policy.mode.speculating
+    assert not b.policy.controller.mode.speculating
     assert b.moves == [(MODEL, Route.SPEC)]
     # b's own decision follows the leader's regime, whatever b would have decided alone
     clock.t += 1.0
-    assert b.policy.leader_quiet is False
+    assert b.policy.cluster.leader_quiet is False
 
 
 async def test_answers_learned_on_one_replica_teach_the_other(
     two: tuple[MemoryHub, Clock, Replica, Replica],
 ) -> None:
     hub, clock, a, b = two
-    before = b.policy.learner.snapshot(clock.t)
+    before = b.policy.estimator.learner.snapshot(clock.t)
     out = Outcome(
         MODEL, Route.SPEC, "spec-0", "edit", 0.0, True, 400, 200, 0.02, 0.004, lookup_acceptance=0.8
     )
     for hook in a.model.on_outcome:
         hook(out)
     await settle(hub, a, b)
-    assert b.policy.learner.snapshot(clock.t) != before
+    assert b.policy.estimator.learner.snapshot(clock.t) != before
 
 
 async def test_a_silent_leader_is_replaced_and_its_followers_decide_alone_meanwhile(
@@ -141,12 +141,12 @@ async def test_a_silent_leader_is_replaced_and_its_followers_decide_alone_meanwh
     hub, clock, a, b = two
     a.service._publish_regime(MODEL, again=True)
     await settle(hub, a, b)
-    assert b.policy.leader_mode is not None
+    assert b.policy.cluster.leader_mode is not None
     for t in a.service._tasks:  # a hangs: no renewals, no messages
         t.cancel()
     clock.t += 2.0 * 3.0 + 0.1
     await b.service.tick()
-    assert b.service.leader and b.policy.leader_mode is None  # b leads: decides alone
+    assert b.service.leader and b.policy.cluster.leader_mode is None  # b leads: decides alone
 
 
 async def test_bad_or_foreign_messages_are_dropped_and_counted(

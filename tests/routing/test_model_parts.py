@@ -11,7 +11,8 @@ from gateway.physics import get_profile
 from gateway.routing.acceptance import KindLearner, ngram_prior, tokens_per_step
 from gateway.routing.adaptive.costmodel import regime_costs
 from gateway.routing.adaptive.mix import MixEntry, TrafficMix, change_point
-from gateway.routing.adaptive.modes import ModeTracker, Prober
+from gateway.routing.adaptive.modes import ModeTracker
+from gateway.routing.adaptive.overrides.probe import Prober
 from gateway.routing.steptime import TableStepModel, get_step_model
 
 # DESIGN §3 table (H200, Qwen3-8B, 1024 context): (batch, q) -> ms

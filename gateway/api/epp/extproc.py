@@ -37,6 +37,7 @@ from multidict import CIMultiDict
 
 from gateway.api.body import check_content_encoding, decoded, parse_body, parse_inline
 from gateway.api.epp.finish import Finish
+from gateway.api.epp.host import PickerServer
 from gateway.api.epp.observe import Observed
 from gateway.api.epp.pick import ClientRequest, Picked, admit, endpoint_of, passthrough, subset_of
 from gateway.api.learning import SampleBudget
@@ -46,7 +47,6 @@ from gateway.wire.errors import ApiError
 from gateway.wire.headers import ENGINE, REASON, REQUEST_ID, ROUTE, request_id
 
 if TYPE_CHECKING:
-    from gateway.api.epp.server import EppServer
     from gateway.envoy.h2stream import Stream
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ _INLINE_BYTES = 256 * 1024  # larger (or encoded) bodies are decoded and parsed 
 class ExtProcStream(Finish):
     """The :class:`~gateway.envoy.h2.StreamHandler` of one ``ExternalProcessor/Process`` call."""
 
-    def __init__(self, server: EppServer, stream: Stream) -> None:
+    def __init__(self, server: PickerServer, stream: Stream) -> None:
         self.server = server
         self.st = server.state
         self.stream = stream

@@ -17,9 +17,9 @@ from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.envoy.accesslog import LogEntry
 
 if TYPE_CHECKING:
+    from gateway.api.epp.host import PickerServer
     from gateway.api.epp.observe import Observed
     from gateway.api.epp.pick import Picked
-    from gateway.api.epp.server import EppServer
     from gateway.api.state import GatewayState
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ _ENGINE_ERRORS = frozenset(
 
 
 class Finish:
-    server: EppServer
+    server: PickerServer
     st: GatewayState
     picked: Picked | None
     observed: Observed | None

@@ -1,18 +1,20 @@
-"""The adaptive policy, in named parts (read them in this order).
+"""The adaptive policy, composed of small parts (read them in this order).
 
-- :mod:`.policy`: :class:`AdaptivePolicy`, the decision per request and the learning from
-  each outcome; it wires the parts below.
-- :mod:`.pairstate`: the pair's regime between decisions (mode, quiet pair, handover,
-  probes, peers, load history), which the policy builds on.
-- :mod:`.pricing`: what each regime costs for the traffic now (priors, learned and live
-  acceptance, the traffic mix, step times), which the pair state builds on.
-- :mod:`.explore`: running an engine whose step time at the load is only assumed.
-- :mod:`.stepscale`, :mod:`.context`, :mod:`.mix`, :mod:`.shared`: measured ÷ profile step
-  times per engine and load, the traffic's context, the recent traffic, other replicas.
-- :mod:`.costmodel`: the two regimes (all on spec, all on plain) priced on one device timeline.
-- :mod:`.live`: corrections of that model from the engines' scraped ``/metrics`` windows.
-- :mod:`.calibration`: measured ÷ modelled time per token of finished requests, per engine.
-- :mod:`.modes`: the regime switch on accumulated evidence, and bounded probing.
+- :mod:`.policy`: :class:`AdaptivePolicy`, the pipeline per request and the wiring.
+- :mod:`.estimate`: step 1, both regimes' time per token at the load a request finds
+  (priors, learned and live acceptance, the traffic mix, step times, latency bias).
+- :mod:`.controller`: step 2, the pair's mode: the evidence switch (:mod:`.modes`), the
+  exploration of an engine only assumed (:mod:`.explore`), and the other parts' proposals.
+- :mod:`.overrides`: step 3, per-request overrides (quiet pair, handover, exploring,
+  probe) and the regime's own route; :mod:`.situation` is what they read.
+- :mod:`.cluster`: other gateway replicas, over the peer channel or through the scrapes
+  (:mod:`.shared`).
+- The estimator's parts: :mod:`.costmodel` (the two regimes on one device timeline),
+  :mod:`.mix` (the recent traffic), :mod:`.context` (the context the profile is read
+  at), :mod:`.live` and :mod:`.stepscale` (corrections from the scraped ``/metrics``),
+  :mod:`.calibration` (measured ÷ modelled time per token), :mod:`.loadlog` (whether a
+  measurement is clean), :mod:`.loadbins` (measurements kept per load).
+- :mod:`.knobs`: how each part's typed tunables are declared; :mod:`.state`: /admin/state.
 
 The per-class acceptance priors and learner (:mod:`gateway.routing.acceptance`) and the
 step-time prior (:mod:`gateway.routing.steptime`) are shared with the rest of routing.

@@ -16,9 +16,8 @@ common, less the offset between the engines measured where both ran
 ran at, which is how the offset is learned.
 
 The error depends on the load: a profile can price verification right for a batch of
-four and wrong for a batch of sixty-four (on a real H200 the EAGLE-3 pair verified its
-drafts at batch 64 far cheaper than the profile said, and a load-blind correction learned
-at light load then held the pair on plain through the peak). So measurements are kept
+four and wrong for a batch of sixty-four, and a load-blind correction learned at light
+load would then misprice the peak. So measurements are kept
 per load (half-octave bins of the requests in flight the request found) and read through
 a one-octave kernel: the error at a load is what was measured there and nearby, and at a
 load never measured it is what was measured at the nearest loads, shrunk toward the model.
@@ -33,12 +32,9 @@ measured, and its estimate relaxes to zero (the model) as its measurements age.
 
 A gap is what the model gets wrong beyond what the live corrections measure
 (:mod:`.live`): the engine's step time, and for spec the traffic's acceptance. A request
-is priced with the corrections of the moment it arrives, and they lag: on a real H100 the
-spec requests of a day's first seconds were priced with the prior's acceptance (2.56
-tokens a step against 1.6 measured, the live correction converging over ~30 s) and an
-unfitted step time. They ran 1.3-1.4 x their prediction, and that gap, held for a
-minute, priced spec 10-13 % too dear once the corrections had caught up (30 % in its
-simulation), which held a pair on plain at light load where spec was 20 % faster. So a
+is priced with the corrections of the moment it arrives, and they lag (a day's first
+requests are priced with the prior's acceptance and an unfitted step time); a gap learned
+from them would count the corrections' error a second time once they caught up. So a
 gap is re-priced when the request finishes: its prediction is shifted by the corrections
 it was priced with ÷ those measured over its life (the scraped acceptance of the window it
 ran in, its engine's fitted step time), and what the corrections measure is never
@@ -50,11 +46,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, Track, kernel, load_bin
+from gateway.routing.adaptive.knobs import REPORT_DIGITS, knob
+from gateway.routing.adaptive.loadbins import Track, bin_load, kernel, load_bin
 from gateway.routing.types import Route
 
-_MAX_LOG_RATIO = 1.0  # one request's log ratio is clipped to ±1
-_MIN_TOKENS = 16  # shorter answers give too noisy a time per token
+
+@dataclass(frozen=True, slots=True)
+class CalibrationKnobs:
+    max_log_ratio: float = knob(
+        1.0, "log ratio", "one request off by more than e x is clipped (a stall, not a price)"
+    )
+    min_tokens: int = knob(16, "tokens", "shorter answers give too noisy a time per token")
+    shown_weight: float = knob(
+        0.5, "requests (decayed)", "/admin/state lists the load bins that weigh this much"
+    )
+
+
+_K = CalibrationKnobs()
+LOAD_DIGITS, WEIGHT_DIGITS = 1, 2  # decimals /admin/state shows loads and weights with
 
 
 @dataclass
@@ -65,8 +74,12 @@ class LatencyBias:
     requests barely move it, a steady stream sets it, and once an engine serves nothing
     its weight decays and the estimate returns to the model."""
 
-    tau_s: float = 30.0
-    prior_weight: float = 10.0
+    tau_s: float = knob(
+        30.0, "s", "the error of the last half-minute's requests: follows a load or traffic change"
+    )
+    prior_weight: float = knob(
+        10.0, "requests", "a few requests barely move the correction, a steady stream sets it"
+    )
     tracks: dict[tuple[Route, int], Track] = field(default_factory=dict)
     samples: dict[Route, int] = field(default_factory=lambda: dict.fromkeys(Route, 0))
 
@@ -149,12 +162,12 @@ class LatencyBias:
         ``repriced``: log of the live corrections its prediction was priced with ÷ those
         measured over its life, see the module's docstring); False when it is not a usable
         measurement."""
-        if tokens < _MIN_TOKENS or not (measured_s > 0 and predicted_s > 0):
+        if tokens < _K.min_tokens or not (measured_s > 0 and predicted_s > 0):
             return False
         r = math.log(measured_s / predicted_s) + (repriced if math.isfinite(repriced) else 0.0)
         t = self.tracks.setdefault((route, load_bin(load)), Track())
         t.decay(now, self.tau_s)
-        t.total += max(-_MAX_LOG_RATIO, min(_MAX_LOG_RATIO, r))
+        t.total += max(-_K.max_log_ratio, min(_K.max_log_ratio, r))
         t.weight += 1.0
         t.samples += 1
         self.samples[route] += 1
@@ -165,17 +178,17 @@ class LatencyBias:
         for r in Route:
             bins = sorted((b, t) for (rr, b), t in self.tracks.items() if rr is r)
             out[r.value] = {
-                "factor": round(self.factor(r, now), 4),
+                "factor": round(self.factor(r, now), REPORT_DIGITS),
                 "samples": self.samples[r],
                 # per load bin with live weight: the load it starts at, its factor, its weight
                 "by_load": [
                     {
-                        "load": round(2.0 ** (b / BINS_PER_OCTAVE), 1),
-                        "factor": round(self.factor(r, now, 2.0 ** (b / BINS_PER_OCTAVE)), 4),
-                        "weight": round(t.weight, 2),
+                        "load": round(bin_load(b), LOAD_DIGITS),
+                        "factor": round(self.factor(r, now, bin_load(b)), REPORT_DIGITS),
+                        "weight": round(t.weight, WEIGHT_DIGITS),
                     }
                     for b, t in bins
-                    if t.weight >= 0.5
+                    if t.weight >= _K.shown_weight
                 ],
             }
         return out

@@ -5,10 +5,9 @@ context the batch holds. A profile read at a fixed context (the configured
 ``context_tokens``) is off by a factor that is the same for both engines of a pair (the
 same model, the same attention), but the gateway only measures that factor on the engine
 that runs: its step-time fit (:mod:`.live`) then credits the running regime with an
-error that the idle one is still charged. On a pair whose prompts are shorter than the
-configured context, the regime that happened to run first looked 20 % cheaper than the
-other, and stayed, whichever was faster (a stationary 32-QPS run started on spec by its
-first request, and held there 7.7 % slower than plain).
+error that the idle one is still charged: on a pair whose prompts are shorter than the
+configured context, the regime that happened to run first would look cheaper than the
+other, and stay, whichever was faster.
 
 The context the engines see is known from every answer: a request holds ``P + i`` tokens
 at its ``i``-th output token, so over its life it contributes ``L`` steps at a mean of
@@ -23,10 +22,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_ALPHA = 0.05  # each answer moves the means by 5 % (about the last 20 answers)
-_MIN_CTX = 64
-_MAX_CTX = 1 << 20
-_STEPS_PER_OCTAVE = 4
+from gateway.routing.adaptive.knobs import knob
+
+
+@dataclass(frozen=True, slots=True)
+class ContextKnobs:
+    smoothing: float = knob(0.05, "weight per answer", "the means follow about the last 20 answers")
+    min_tokens: int = knob(64, "tokens", "the shortest context a profile is read at")
+    max_tokens: int = knob(1 << 20, "tokens", "the longest context a profile is read at")
+    steps_per_octave: int = knob(
+        4, "buckets per doubling", "the profile is re-read only when the context really moves"
+    )
+
+
+_K = ContextKnobs()
 
 
 @dataclass
@@ -44,8 +53,8 @@ class ContextTracker:
         if self.answers == 0:
             self._tokens, self._held = n, held
         else:
-            self._tokens += _ALPHA * (n - self._tokens)
-            self._held += _ALPHA * (held - self._held)
+            self._tokens += _K.smoothing * (n - self._tokens)
+            self._held += _K.smoothing * (held - self._held)
         self.answers += 1
 
     def mean(self) -> float:
@@ -56,7 +65,8 @@ class ContextTracker:
 
     def bucket(self) -> int:
         """:meth:`mean` rounded to a quarter octave, within [64, 2^20] tokens."""
-        ctx = min(float(_MAX_CTX), max(float(_MIN_CTX), self.mean()))
-        exponent: float = round(math.log2(ctx) * _STEPS_PER_OCTAVE) / _STEPS_PER_OCTAVE
+        ctx = min(float(_K.max_tokens), max(float(_K.min_tokens), self.mean()))
+        steps = _K.steps_per_octave
+        exponent: float = round(math.log2(ctx) * steps) / steps
         tokens: float = 2.0**exponent
         return round(tokens)

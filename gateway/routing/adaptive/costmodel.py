@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 from gateway.routing.steptime import StepModel
 
+_MIN_INVERSE_E = 1e-3  # at most 1,000 tokens per step: guards a prior gone wild
+
 
 @dataclass(frozen=True, slots=True)
 class RegimeCosts:
@@ -62,7 +64,7 @@ def regime_costs(
     b = max(1.0, load)
     t_base = scale_base * steps.step_ms(b, 1)
     t_spec = scale_spec * (steps.step_ms(b, max(1.0, q_spec)) + steps.spec_extra_ms(method, k, b))
-    inv_e = min(1.0, max(1e-3, inv_tokens_per_step))
+    inv_e = min(1.0, max(_MIN_INVERSE_E, inv_tokens_per_step))
     shared = steps.prefill_ms_per_token() * b * max(0.0, prefill_per_token)
     # base + X = (1 + m)(t_spec / E + X)  =>  E = (1 + m) t_spec / (base − m X)
     room = t_base - margin * shared

@@ -18,12 +18,10 @@ for good, and each has its exploration:
 * **spec, at a load it never ran at** (:meth:`Explorer.spec`): the pair sits on plain at
   a load where plain was measured and spec was not (a day's peak reached in fallback).
   Spec's price there is the profile's shape scaled by what was measured elsewhere, and
-  a drafter's verification at large batches is where a profile errs most (simulated: a
-  spec engine whose drafts and verification cost half the profile's lost an EAGLE-3 day
-  11-13 % to always-spec, on plain). Probes cannot
+  a drafter's verification at large batches is where a profile errs most. Probes cannot
   tell: they wait for an idle plain engine, and a saturated pair has none. So the pair
   runs spec until spec is measured near that load, once per load octave and retry
-  period, for at most ``SPEC_MAX_S``; the evidence then decides as usual. Only where
+  period, for at most ``spec_max_s``; the evidence then decides as usual. Only where
   the step time could decide: not for traffic that accepts too little to pay at any
   step time (hot open chat behind n-gram), not where spec was measured as the profile
   says or dearer (the extrapolation is then right or flatters it), and not where spec
@@ -31,9 +29,9 @@ for good, and each has its exploration:
   :meth:`Explorer.spec`.
 
 Both are bounded in time and rate: the cost of a wrong exploration is its duration on
-the slower engine and two flips (the streams moved each way), per retry period. In the
-simulator an exploration of spec near break-even at a load step cost 1.5-2 % of a
-12-minute run, which is why spec is explored only where its measurements give a reason.
+the slower engine and two flips (the streams moved each way), per retry period, which is
+why spec is explored only where its measurements give a reason (the measurements behind
+these rules: docs/routing-history.md).
 """
 
 from __future__ import annotations
@@ -41,21 +39,33 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gateway.routing.adaptive.knobs import knob
 from gateway.routing.adaptive.loadbins import BINS_PER_OCTAVE, load_bin
 from gateway.routing.adaptive.stepscale import StepScales
 
-PLAIN_AFTER_FITS = 3  # spec's own fit has settled (this many fits)...
-PLAIN_OFF = 0.20  # ...this far off the profile (another GPU: 1.2-2 x; the profile's own error: ~10 %)
-PLAIN_MAX_S = 30.0  # an exploration that measured nothing by then ends (retried after:)
-RETRY_S = 300.0
-SPEC_MAX_S = 15.0  # a fit needs the engine alone for a scrape window (10 s) after the drain
-FIT_NOISE = math.log1p(0.05)  # cheapness within this of the profile is the fits' noise
+
+@dataclass(frozen=True, slots=True)
+class ExploreKnobs:
+    plain_after_fits: int = knob(3, "fits", "spec's own step-time fit has settled after a few scrapes")
+    plain_off: float = knob(
+        0.20, "share off the profile", "another GPU reads 1.2-2 x the profile, the profile's own error ~10 %"
+    )
+    plain_max_s: float = knob(30.0, "s", "an exploration of plain that measured nothing by then ends")
+    retry_s: float = knob(300.0, "s", "one exploration per assumption (or load octave) per retry period")
+    spec_max_s: float = knob(
+        15.0, "s", "a fit needs the engine alone for a scrape window (10 s) after the drain"
+    )
+    min_speedup: float = knob(1e-6, "speed-up", "guards the log of the headroom to spec")
+    fit_noise: float = knob(
+        math.log1p(0.05), "log ratio", "cheapness within 5 % of the profile is the fits' noise"
+    )
 
 
 @dataclass
 class Explorer:
     """When an engine is being explored (see the module's docstring)."""
 
+    knobs: ExploreKnobs = field(default_factory=ExploreKnobs)
     plain_until: float = -math.inf
     plain_on: bool = False  # plain was being explored at the last call
     plain_ended: bool = False  # ...and the last call ended it (measured, or out of time)
@@ -71,8 +81,9 @@ class Explorer:
         """Whether the plain engine is being explored now (the pair then runs plain); when
         a call ends an exploration, ``plain_ended`` says so (the policy then goes back to
         spec unless plain now pays beyond the band: the pair was speculating, and an
-        exploration measures, it does not flip; on a real H100 the flip it left behind held
-        a pair on plain for 20-30 s at light load where spec was 20 % faster)."""
+        exploration measures, it does not flip: a flip left behind would hold the pair on
+        the explored engine until the evidence undid it)."""
+        kn = self.knobs
         if now < self.plain_until:
             on = scales.assumed(spec=False)
             if not on:
@@ -82,12 +93,12 @@ class Explorer:
                 speculating
                 and not queued
                 and scales.assumed(spec=False)
-                and scales.fits[True] >= PLAIN_AFTER_FITS
-                and abs(math.log(scale_spec)) > math.log1p(PLAIN_OFF)
-                and now >= self.plain_until + RETRY_S
+                and scales.fits[True] >= kn.plain_after_fits
+                and abs(math.log(scale_spec)) > math.log1p(kn.plain_off)
+                and now >= self.plain_until + kn.retry_s
             )
             if on:
-                self.plain_until = now + PLAIN_MAX_S
+                self.plain_until = now + kn.plain_max_s
         self.plain_ended, self.plain_on = self.plain_on and not on, on
         return on
 
@@ -116,19 +127,13 @@ class Explorer:
         the profile at the loads it ran is taken as dearer at a larger batch too (the
         extrapolation flatters it: no need to look). One measured cheaper is explored
         only if the headroom is within how much cheaper than the profile it was seen,
-        beyond the fits' noise (5 %: at a break-even peak, exploring on noise cost a
-        simulated near-saturated day 9 %). Not twice that: how the error changes with the
-        batch differs by GPU. An H100 read spec's excess shrinking with the batch (1.4 x
-        the profile at 10 in flight, 1.24 x at 64). An H200 read spec 0.81-0.85 x plain at
-        light load, cheaper than the profile's 0.88-0.91, yet as the profile prices it at
-        the peak (2.1-2.9 x plain). With that H200's errors simulated, "cheaper still by as
-        much again" explored spec at the peak of a day and lost it 46 % (1.462 x
-        always-base, against 0.971 x with the cheapness taken as measured);
-        one never measured is not explored: where it ran nowhere there is no measurement
-        to extrapolate from, and exploring it at the load where plain first read off the
-        profile (a saturated peak) cost a simulated 48-QPS day 14 %; nor is one measured as
-        the profile says (a 120-s stationary run at 32 QPS paid 3 % for it).
+        beyond the fits' noise (``fit_noise``: exploring on noise at a break-even peak
+        costs more than it finds), and not by more than that: how the error changes with
+        the batch differs by GPU, in both directions. One never measured is not explored
+        (where it ran nowhere there is nothing to extrapolate from), nor one measured as
+        the profile says.
         """
+        kn = self.knobs
         if now < self.spec_until:
             on = not scales.measured_near(True, load, now)
             if not on:
@@ -141,13 +146,13 @@ class Explorer:
                 and could_pay
                 and headroom > 0.0
                 and cheaper is not None
-                and headroom <= cheaper - FIT_NOISE
+                and headroom <= cheaper - kn.fit_noise
                 and scales.measured_near(False, load, now)
                 and not scales.measured_near(True, load, now)
-                and now >= self.spec_tried.get(octave, -math.inf) + RETRY_S
+                and now >= self.spec_tried.get(octave, -math.inf) + kn.retry_s
             )
             if on:
                 self.spec_tried[octave] = now
-                self.spec_until = now + SPEC_MAX_S
+                self.spec_until = now + kn.spec_max_s
         self.spec_ended, self.spec_on = self.spec_on and not on, on
         return on

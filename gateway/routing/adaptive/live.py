@@ -20,26 +20,67 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from gateway.routing.adaptive.knobs import MS_PER_S, knob
 from gateway.routing.adaptive.stepscale import StepScales
 from gateway.routing.steptime import StepModel
 from gateway.routing.types import EngineStats, EngineView, PairView
 
-_FIT_WINDOW_S = 10.0  # the scraper's window (what step_s is averaged over)
-_SENT_HORIZON_S = 120.0  # how long requests sent to spec are remembered (bounds the deque)
-_MIN_CAP = 32  # smaller batches with a queue are the prefill budget or KV at work, not the cap
-_CAP_HALF_LIFE_S = 10.0  # how fast the batch cap follows what saturated engines run
-# A queue of at least a quarter of the batch: the engine is full. A shorter one beside a
-# moderate batch is its prefill budget admitting a burst, not its cap.
-_CAP_QUEUE = 0.25
-_MAX_PREFILL_SHARE = 0.9  # a measured prefill share above this is a window artefact
-# An engine alone on the device for less than a window is fitted on the scrape's recent
-# part (EngineStats.recent) once that part lies wholly after the other engine stopped (the
-# scraped running count lags by up to a scrape interval, at least this) and holds this many
-# tokens: a pair that flipped at a saturated peak measured the new engine after ~3 s
-# instead of a whole window
-_SCRAPE_LAG_S = 1.0
-_RECENT_MIN_TOKENS = 200.0
+
+@dataclass(frozen=True, slots=True)
+class LiveKnobs:
+    fit_window_s: float = knob(10.0, "s", "the scraper's window (what a scraped step time is averaged over)")
+    sent_horizon_s: float = knob(
+        120.0, "s", "requests sent to spec are remembered this long (bounds the memory)"
+    )
+    max_sent: int = knob(4096, "requests", "bounds the memory of requests sent to spec and of predictions")
+    min_cap: float = knob(
+        32.0, "requests", "a smaller batch with a queue is the prefill budget or KV at work, not the cap"
+    )
+    cap_half_life_s: float = knob(
+        10.0, "s", "the batch cap follows what saturated engines run over a few scrapes"
+    )
+    cap_queue: float = knob(
+        0.25, "share of the batch", "a queue this long means the engine is full (shorter: its prefill budget)"
+    )
+    max_prefill_share: float = knob(
+        0.9, "share of a step", "a measured prefill share above this is a window artefact"
+    )
+    scrape_lag_s: float = knob(
+        1.0, "s", "the scraped running count lags by up to a scrape interval, at least this"
+    )
+    recent_min_tokens: float = knob(
+        200.0, "tokens", "a recent part of a window shorter than this is too noisy to fit"
+    )
+    min_fit_points: int = knob(3, "decisions", "a fit needs the load at a few decisions of the window")
+    min_duration_s: float = knob(0.05, "s", "guards the weight of a request whose duration is not known yet")
+    min_draft_chance: float = knob(
+        0.05, "probability", "guards the acceptance length of requests that rarely draft"
+    )
+    ratio_clip: tuple[float, float] = knob(
+        (0.05, 1.5), "x expected", "a live acceptance ratio outside is a window artefact"
+    )
+    draft_ratio_clip: tuple[float, float] = knob(
+        (0.05, 4.0), "x expected", "drafts vary more than acceptance (n-gram: on a match)"
+    )
+    tokens_guard: float = knob(
+        0.02, "tokens per step", "expected acceptance this close to none gives no usable ratio"
+    )
+
+
+class _Predicted(NamedTuple):
+    """The profile's prediction at a decision, kept over the scrape window."""
+
+    at: float
+    spec_load: float
+    base_load: float
+    spec_ms: float
+    base_ms: float
+
+
+# per engine (True: spec), the columns of _Predicted: its load, the other's, its predicted step
+_COLUMNS = {True: (1, 2, 3), False: (2, 1, 4)}
 
 
 def engine_load(e: EngineView) -> float:
@@ -48,7 +89,7 @@ def engine_load(e: EngineView) -> float:
     return max(float(e.inflight), scraped)
 
 
-def _decode_ms(stats: EngineStats, steps: StepModel, context_tokens: float) -> float:
+def _decode_ms(stats: EngineStats, steps: StepModel, context_tokens: float, max_share: float) -> float:
     """The decode part of an engine's measured step, in ms.
 
     Steps also prefill the prompts of requests being admitted, and the profile prices
@@ -62,10 +103,10 @@ def _decode_ms(stats: EngineStats, steps: StepModel, context_tokens: float) -> f
     again, its whole context (about the batch's mean, ``context_tokens``), and the prompt
     counter does not count that. On a saturated pair it was a third of the prefill.
     """
-    step_ms = (stats.step_s or 0.0) * 1000.0
+    step_ms = (stats.step_s or 0.0) * MS_PER_S
     tps = (stats.prefill_tps or 0.0) + (stats.preemptions_per_s or 0.0) * context_tokens
-    share = tps * steps.prefill_ms_per_token() / 1000.0
-    return step_ms * (1.0 - min(_MAX_PREFILL_SHARE, share))
+    share = tps * steps.prefill_ms_per_token() / MS_PER_S
+    return step_ms * (1.0 - min(max_share, share))
 
 
 def toward(old: float, new: float, dt: float, half_life: float) -> float:
@@ -78,6 +119,7 @@ class LiveCorrections:
     half_life_s: float = 1.0
     unknown_half_life_s: float = 60.0
     fit_step_times: bool = True
+    knobs: LiveKnobs = field(default_factory=LiveKnobs)
     ratio: float = 1.0
     raw_ratio: float | None = None  # the latest window's, unsmoothed (None: none yet)
     q_ratio: float = 1.0
@@ -92,16 +134,18 @@ class LiveCorrections:
     # batch fluctuates, and its largest value would price every step too dear.
     batch_cap: float = math.inf
     # Requests sent to the spec engine: (time, 1/E, AL over drafted steps, tokens verified).
-    _sent: deque[tuple[float, float, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
+    _sent: deque[tuple[float, float, float, float]] = field(default_factory=deque)
     _last_view_key: tuple[object, ...] | None = None
     # each engine's newest scrape time, and the shortest gap seen between two scrapes (the
     # scrape interval: how late a scraped running count may show the other engine stopped)
     _scraped_at: dict[bool, float] = field(default_factory=dict)
     _scrape_gap: float = math.inf
-    # (time, spec load, base load, predicted spec step, predicted base step), last window.
-    _pred_hist: deque[tuple[float, float, float, float, float]] = field(
-        default_factory=lambda: deque(maxlen=4096)
-    )
+    # the profile's predictions over the last window
+    _pred_hist: deque[_Predicted] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self._sent = deque(maxlen=self.knobs.max_sent)
+        self._pred_hist = deque(maxlen=self.knobs.max_sent)
 
     @property
     def measured(self) -> bool:
@@ -115,10 +159,10 @@ class LiveCorrections:
         that ran in the same window (see :meth:`_expected`), so a change of traffic is not
         read as a change of acceptance.
         """
-        al = 1.0 + (blended - 1.0) / max(p_draft, 0.05)
+        al = 1.0 + (blended - 1.0) / max(p_draft, self.knobs.min_draft_chance)
         sent = self._sent
         sent.append((now, 1.0 / blended, al, q))
-        while sent and sent[0][0] < now - _SENT_HORIZON_S:
+        while sent and sent[0][0] < now - self.knobs.sent_horizon_s:
             sent.popleft()
 
     def _expected(self, stats: EngineStats, duration_s: float) -> tuple[float, float, float] | None:
@@ -131,8 +175,8 @@ class LiveCorrections:
         the expectation is kept as a mean of 1/E.
         """
         end = stats.at if stats.at > 0 else self.last_update
-        start = end - (stats.window_s if stats.window_s > 0 else _FIT_WINDOW_S)
-        d = max(duration_s, 0.05)
+        start = end - (stats.window_s if stats.window_s > 0 else self.knobs.fit_window_s)
+        d = max(duration_s, self.knobs.min_duration_s)
         w_sum = inv = al = q = 0.0
         for t, i, a, v in reversed(self._sent):
             if t + d < start:
@@ -174,16 +218,17 @@ class LiveCorrections:
         the mean context of the sequences the engines decode."""
         dt = now - self.last_update if math.isfinite(self.last_update) else 0.0
         self.last_update = now
+        kn = self.knobs
         spec, base = pair.speculative, pair.base
         for e in (spec, base):
             running, waiting = e.stats.running or 0.0, e.stats.waiting or 0.0
             if e.stale or running <= 0:
                 continue
-            if running >= _MIN_CAP and waiting >= _CAP_QUEUE * running:  # full: the cap
+            if running >= kn.min_cap and waiting >= kn.cap_queue * running:  # full: the cap
                 if math.isinf(self.batch_cap):
                     self.batch_cap = running
                 else:
-                    self.batch_cap = toward(self.batch_cap, running, dt, _CAP_HALF_LIFE_S)
+                    self.batch_cap = toward(self.batch_cap, running, dt, kn.cap_half_life_s)
             elif running > self.batch_cap:
                 self.batch_cap = running  # not full, and it runs that many: the cap is higher
         expected = None if spec.stale else self._expected(spec.stats, duration_s)
@@ -214,12 +259,13 @@ class LiveCorrections:
         if spec.stale or expected is None:
             return None
         exp_inv, exp_al, _ = expected
+        (lo, hi), guard = self.knobs.ratio_clip, self.knobs.tokens_guard
         tps = spec.stats.tokens_per_step
-        if tps is not None and exp_inv < 0.98:
-            return min(1.5, max(0.05, (tps - 1.0) / (1.0 / exp_inv - 1.0)))
+        if tps is not None and exp_inv < 1.0 - guard:
+            return min(hi, max(lo, (tps - 1.0) / (1.0 / exp_inv - 1.0)))
         al = spec.stats.mean_acceptance_length
-        if al is not None and exp_al > 1.02:
-            return min(1.5, max(0.05, (al - 1.0) / (exp_al - 1.0)))
+        if al is not None and exp_al > 1.0 + guard:
+            return min(hi, max(lo, (al - 1.0) / (exp_al - 1.0)))
         return None
 
     def _live_q_ratio(self, spec: EngineView, expected: tuple[float, float, float] | None) -> float | None:
@@ -229,10 +275,14 @@ class LiveCorrections:
         tokens/step = (E − 1) / rate.
         """
         tps, rate = spec.stats.tokens_per_step, spec.stats.acceptance_rate
-        if spec.stale or expected is None or tps is None or not rate or rate <= 0 or expected[2] <= 1.02:
+        if spec.stale or expected is None or tps is None or not rate or rate <= 0:
+            return None
+        verified = expected[-1]
+        if verified <= 1.0 + self.knobs.tokens_guard:
             return None
         drafted = (tps - 1.0) / rate
-        return min(4.0, max(0.05, drafted / (expected[2] - 1.0)))
+        lo, hi = self.knobs.draft_ratio_clip
+        return min(hi, max(lo, drafted / (verified - 1.0)))
 
     def _fit_steps(
         self,
@@ -254,10 +304,9 @@ class LiveCorrections:
         which the engine ran alone on the device are used: with both engines stepping,
         how the device interleaves them blurs the attribution. An engine alone for less
         than the window (the other just stopped: a flip) is fitted on the window's recent
-        part (:attr:`EngineStats.recent`) once that part lies after the other stopped: an
-        engine measured only a whole window after a flip left a saturated peak on the
-        assumed engine for 15 s (real H200, rounds 7-8). The steps' prefill is
-        taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
+        part (:attr:`EngineStats.recent`) once that part lies after the other stopped, so a
+        flip measures the new engine within seconds rather than a whole window later.
+        The steps' prefill is taken out first (see :func:`_decode_ms`). Fitted once per new scrape, on a
         fractional power (smoothing).
         """
         for is_spec, e in ((True, spec), (False, base)):
@@ -266,45 +315,48 @@ class LiveCorrections:
                 self._scrape_gap = min(self._scrape_gap, at - last)
             if at > 0:
                 self._scraped_at[is_spec] = at
-        lag = max(_SCRAPE_LAG_S, self._scrape_gap if math.isfinite(self._scrape_gap) else 0.0)
+        kn = self.knobs
+        lag = max(kn.scrape_lag_s, self._scrape_gap if math.isfinite(self._scrape_gap) else 0.0)
         l_s, l_b = self.running(spec), self.running(base)
         hist = self._pred_hist
         t_s = steps.step_ms(max(l_s, 1.0), q_mix) + steps.spec_extra_ms(method, k, max(l_s, 1.0))
         t_b = steps.step_ms(max(l_b, 1.0), 1.0)
-        hist.append((now, l_s, l_b, t_s, t_b))
-        while hist and hist[0][0] < now - _FIT_WINDOW_S:
+        hist.append(_Predicted(now, l_s, l_b, t_s, t_b))
+        while hist and hist[0].at < now - kn.fit_window_s:
             hist.popleft()
         key = (spec.stats.step_s, base.stats.step_s)
-        if key == self._last_view_key or len(hist) < 3:
+        if key == self._last_view_key or len(hist) < kn.min_fit_points:
             return
         self._last_view_key = key
-        for spec_engine, e, i_load, i_pred in ((True, spec, 1, 3), (False, base, 2, 4)):
-            other = 2 if spec_engine else 1
+        for spec_engine, e in ((True, spec), (False, base)):
             if e.stale:
                 continue
+
+            mine, theirs, predicted = _COLUMNS[spec_engine]
             # how long the engine has run alone (within the window kept)
-            alone_since = hist[0][0]
+            alone_since = hist[0].at
             for h in hist:
-                if h[other] != 0 or h[i_load] <= 0:
+                if h[theirs] != 0 or h[mine] <= 0:
                     alone_since = math.inf
                 elif alone_since == math.inf:
-                    alone_since = h[0]
+                    alone_since = h.at
             stats: EngineStats | None = e.stats
-            if alone_since > hist[0][0]:  # not for the whole window: its recent part, if alone
+            if alone_since > hist[0].at:  # not for the whole window: its recent part, if alone
                 stats = e.stats.recent
                 if (
                     stats is None
                     or now - alone_since < stats.window_s + lag
-                    or (stats.generation_tps or 0.0) * stats.window_s < _RECENT_MIN_TOKENS
+                    or (stats.generation_tps or 0.0) * stats.window_s < kn.recent_min_tokens
                 ):
                     continue
             if stats is None or not stats.step_s:
                 continue
-            part = [h for h in hist if h[0] >= now - stats.window_s] or [hist[-1]]
-            w = sum(h[i_load] for h in part)
-            pred = sum(h[i_load] * h[i_pred] for h in part) / w  # the profile's, load-weighted
-            load = sum(h[i_load] * h[i_load] for h in part) / w
-            self.scales.observe(spec_engine, load, _decode_ms(stats, steps, context_tokens) / pred, now)
+            part = [h for h in hist if h.at >= now - stats.window_s] or [hist[-1]]
+            w = sum(h[mine] for h in part)
+            pred = sum(h[mine] * h[predicted] for h in part) / w  # the profile's, load-weighted
+            load = sum(h[mine] * h[mine] for h in part) / w
+            ratio = _decode_ms(stats, steps, context_tokens, kn.max_prefill_share) / pred
+            self.scales.observe(spec_engine, load, ratio, now)
             self.last_load = load
 
     def scale(self, spec: bool, load: float) -> float:

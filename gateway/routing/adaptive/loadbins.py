@@ -34,6 +34,12 @@ def kernel(d: int) -> float:
     return _KERNEL[min(abs(d), len(_KERNEL) - 1)]
 
 
+def bin_load(b: int) -> float:
+    """The load (requests in flight) a bin starts at."""
+    load: float = 2.0 ** (b / BINS_PER_OCTAVE)
+    return load
+
+
 def load_bin(load: float) -> int:
     """The half-octave bin of a load (requests in flight, at least 1)."""
     return round(math.log2(max(1.0, load)) * BINS_PER_OCTAVE)

@@ -33,17 +33,28 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-MAX_REQUESTS = 128
-CHANGE_MIN = 3  # requests each side of a change point needs
-# the price spread assumed at the least (1/E units): same-class requests price alike, and
-# a segment of one class must not make any difference look significant
-_SD_FLOOR = 0.1
-# A change shows first in the newest requests: the newest side of a split is at most a
-# third of the window (or CHANGE_MIN). A split deep in the window is one the test would
-# have seen earlier were it a change; in stationary traffic it is a run of chance.
-_NEW_SHARE = 1.0 / 3.0
-# Running sums are rebuilt from the kept prices this often (bounds their rounding drift).
-_RESUM_EVERY = 4096
+from gateway.routing.adaptive.knobs import knob
+
+
+@dataclass(frozen=True, slots=True)
+class MixKnobs:
+    max_requests: int = knob(128, "requests", "bounds the window's cost per decision at a high rate")
+    change_min: int = knob(3, "requests", "each side of a change point needs a few requests")
+    sd_floor: float = knob(
+        0.1, "1/E", "same-class requests price alike: a segment of one class must not look significant"
+    )
+    new_share: float = knob(
+        1.0 / 3.0,
+        "share of the window",
+        "a change shows first in the newest requests; a split deep in the window is chance",
+    )
+    resum_every: int = knob(
+        4096, "updates", "running sums are rebuilt this often (bounds their rounding drift)"
+    )
+
+
+_K = MixKnobs()
+MAX_REQUESTS, CHANGE_MIN = _K.max_requests, _K.change_min
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +137,7 @@ class TrafficMix:
         c = self._cache
         if c is not None and c[0] == self._version and c[1] == key:
             return c[2]
-        if key != self._key or self._updates >= _RESUM_EVERY:
+        if key != self._key or self._updates >= _K.resum_every:
             self._reprice_all(key)
         xs, qs, s = self._xs, self._qs, self._sums
         for m in islice(self.entries, len(xs), None):
@@ -159,11 +170,11 @@ def change_point(
 ) -> int:
     """Where the newest prices part from the older ones: the index of the first newest
     entry of the most significant split (0: none), each side at least ``CHANGE_MIN`` and
-    the newest at most ``_NEW_SHARE`` of the window. ``total`` / ``total_sq``: the sums of
+    the newest at most ``new_share`` of the window. ``total`` / ``total_sq``: the sums of
     ``xs`` and of their squares, where known (only the newest third is then read).
 
     A split is significant when the two sides' means differ by more than ``z`` standard
-    errors, with the spread pooled from both sides (at least ``_SD_FLOOR``): with no change,
+    errors, with the spread pooled from both sides (at least ``sd_floor``): with no change,
     both sides are samples of one traffic, and three requests of one class in a row, which
     price alike, say nothing about its spread."""
     n = len(xs)
@@ -171,7 +182,7 @@ def change_point(
         return 0
     if total is None or total_sq is None:
         total, total_sq = math.fsum(xs), math.fsum(x * x for x in xs)
-    lo = max(CHANGE_MIN, n - max(CHANGE_MIN, int(n * _NEW_SHARE)))
+    lo = max(CHANGE_MIN, n - max(CHANGE_MIN, int(n * _K.new_share)))
     hi = n - CHANGE_MIN
     if lo > hi:
         return 0
@@ -179,7 +190,7 @@ def change_point(
     # squared statistics (t² against z²), the same order without a square root per split.
     tail = list(islice(xs, lo, n))
     best, at = z * z, 0
-    floor = _SD_FLOOR * _SD_FLOOR
+    floor = _K.sd_floor * _K.sd_floor
     dof = 1.0 / (n - 2)
     sb = 0.0
     for x in tail[hi - lo + 1 :]:  # the newest CHANGE_MIN - 1: no split among them

@@ -1,4 +1,4 @@
-"""Regime switching on accumulated evidence, and bounded probing.
+"""Regime switching on accumulated evidence.
 
 A model is either *speculating* (its traffic goes to the spec engine) or in *fallback*
 (to the plain engine, but for probes). The mode flips when the evidence against it,
@@ -17,9 +17,7 @@ spec the band's lower edge keeps it there while the edge holds, and the measured
 decides. Each flip costs a drain
 (both engines step while the old one empties), which is what ``evidence`` buys.
 
-While in fallback, the spec engine sees none of the traffic, so nothing measures whether
-acceptance recovered. :class:`Prober` sends a bounded share of eligible requests
-(deterministically every ⌈1/share⌉-th) and at least one per ``interval_s`` to spec.
+Only :class:`~gateway.routing.adaptive.controller.RegimeController` changes the mode.
 """
 
 from __future__ import annotations
@@ -46,6 +44,9 @@ class ModeTracker:
     # for this long on balance flips the mode too (0: never): see :meth:`update`.
     persist_s: float = 0.0
     above_s: float = 0.0  # seconds above that edge, less seconds below it (at least 0)
+    # A flip at a moment that is not cheap waits until its evidence (or persistence) is
+    # this many times what a cheap flip needs.
+    patience: float = 2.0
 
     @property
     def lower(self) -> float:
@@ -85,8 +86,10 @@ class ModeTracker:
             self.above_s = max(0.0, self.above_s + (dt if above else -dt))
         self.last, self.last_update, self.noise = speedup, now, noise
         need = self.evidence if evidence is None else evidence
-        persisted = 0.0 < self.persist_s <= self.above_s and (cheap or self.above_s >= 2.0 * self.persist_s)
-        if persisted or (self.against >= need and (cheap or self.against >= 2.0 * need)):
+        persisted = 0.0 < self.persist_s <= self.above_s and (
+            cheap or self.above_s >= self.patience * self.persist_s
+        )
+        if persisted or (self.against >= need and (cheap or self.against >= self.patience * need)):
             self.speculating = not self.speculating
             self.last_flip = now
             self.flips += 1
@@ -101,22 +104,3 @@ class ModeTracker:
             self.speculating = speculating
             self.against = 0.0
             self.above_s = 0.0
-
-
-@dataclass
-class Prober:
-    share: float
-    interval_s: float
-    eligible: int = 0
-    probes: int = 0
-    last_probe: float = -math.inf
-
-    def should_probe(self, now: float) -> bool:
-        self.eligible += 1
-        due = now - self.last_probe >= self.interval_s
-        by_share = self.share > 0 and self.probes + 1 <= self.eligible * self.share
-        if due or by_share:
-            self.probes += 1
-            self.last_probe = now
-            return True
-        return False

@@ -1,274 +1,283 @@
-"""The adaptive policy: the pure decision core (no I/O; state in, decision out).
+"""The adaptive policy: a pure decision core (no I/O; state in, decision out) composed of
+small parts, each in its own module. Per request, a short pipeline:
 
-Per request, after the hard rules (:func:`gateway.routing.rules.apply_hard_rules`):
-
-1. predicted tokens per speculative step ``E`` for this request: the method prior
-   (n-gram: from the predicted overlap and temperature; model drafters: published
-   curves decaying with temperature), blended with what was learned for its class
-   (:class:`~gateway.routing.acceptance.KindLearner`), scaled by the ratio of the spec
-   engine's live windowed acceptance to what the router expected of the traffic it sent;
-2. the traffic mix of the last seconds (its harmonic-mean E and mean verified tokens per
-   step; a change of traffic ends the window, :mod:`.mix`), the pair's whole load, and
-   step times of both engines from the calibration profile, scaled per load by their
-   measured step time ÷ the profile's, the part common to both engines (the device) read
-   from either (:mod:`.stepscale`); an engine only assumed so at the load is run there
-   once (:mod:`.explore`);
-3. both engines on one device timeline (:mod:`gateway.routing.adaptive.costmodel`): the
-   predicted speed-up of serving the traffic on spec rather than on plain, which
-   counts what each request costs the others (they share the batch and the device),
-   corrected by what was measured: the spec engine's recent requests' time per token
-   against what the model predicted for them, beyond the gap the plain engine shows
-   (:mod:`gateway.routing.adaptive.calibration`);
-4. the model's mode (:mod:`gateway.routing.adaptive.modes`): *speculating* sends traffic to spec,
-   *fallback* to plain but for bounded probes; the mode flips when the speed-up's excess
-   beyond ``1 + margin ± hysteresis``, integrated over
-   time, pays for one drain (``switch_evidence`` × :meth:`AdaptivePolicy._drain_s`), at a moment
-   the old engine runs no more requests than arrivals usually find (or once the evidence
-   is twice that); after a flip new requests still join the old engine until it idles, for
-   at most one request duration (the handover).
-
-On a quiet pair (arrivals find at most ~1.5 requests in flight) the pair idles between
-requests: one that finds it idle takes the engine fastest for itself, one that finds one
-engine running joins it, and the mode follows what the device runs.
-
-Gateway replicas in front of the same pair agree through the engines: what the scrapes
-show beyond a replica's own requests is the others' regime (:mod:`.shared`). On such a
-shared pair requests follow the regime, not the request, spec needs an extra premium, a
-replica speculating while the others stay on plain comes back, and one in fallback while
-the others all run spec follows them.
+0. **hard rules** (:func:`gateway.routing.rules.apply_hard_rules`), shared by every policy;
+1. **estimate** (:class:`~.estimate.Estimator`): the request's tokens per step, and both
+   regimes' time per token at the load it finds, from the physics prior corrected by
+   what the gateway measured;
+2. **regime** (:class:`~.controller.RegimeController`): the evidence switch, then the
+   proposals of the shared pair (:class:`~.cluster.Cluster`) and of exploration, applied
+   in one documented order; the controller is the only part that sets the mode;
+3. **per-request overrides** (:mod:`.overrides`), asked in order, the first route wins:
+   quiet pair, handover, exploring, probe; else the regime's own route.
 
 Splitting traffic between the two engines of a pair is avoided on purpose: on a shared
-GPU both steps then run in every cycle, which is slower for everybody than either
-regime (see :mod:`gateway.routing.adaptive.costmodel`). Reasons are
-:class:`~gateway.routing.types.Reason` values.
+GPU both steps then run in every cycle, which is slower for everybody than either regime
+(:mod:`.costmodel`). What the gateway learns from answers goes to the estimator
+(:meth:`AdaptivePolicy.observe`); peers' requests and a leader's regime come in through
+:meth:`AdaptivePolicy.witness` and :meth:`AdaptivePolicy.follow_leader`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
+from dataclasses import dataclass
 
-from gateway.physics.methods import NGRAM_METHODS
+from gateway.routing.adaptive.cluster import Cluster
+from gateway.routing.adaptive.controller import RegimeController
+from gateway.routing.adaptive.costmodel import RegimeCosts
+from gateway.routing.adaptive.estimate import LOOKUP_DRAFTS_KEY, Estimator, RequestEstimate
+from gateway.routing.adaptive.knobs import REPORT_DIGITS, TIME_DIGITS
 from gateway.routing.adaptive.live import engine_load
-from gateway.routing.adaptive.pairstate import PairState
-from gateway.routing.adaptive.pricing import LOOKUP_DRAFTS_KEY
-from gateway.routing.adaptive.shared import SHARED_PREMIUM
+from gateway.routing.adaptive.overrides.exploring import Exploring
+from gateway.routing.adaptive.overrides.handover import Handover
+from gateway.routing.adaptive.overrides.probe import Probe
+from gateway.routing.adaptive.overrides.quiet import QuietPair
+from gateway.routing.adaptive.overrides.regime import RegimeRoute
+from gateway.routing.adaptive.shared import DeviceView
+from gateway.routing.adaptive.situation import Override, Pick, Situation
+from gateway.routing.adaptive.state import policy_state
 from gateway.routing.config import RoutingConfig
-from gateway.routing.overlap import KINDS
-from gateway.routing.rules import apply_hard_rules, decide_route
+from gateway.routing.rules import Preliminary, apply_hard_rules, decide_route
 from gateway.routing.steptime import StepModel
-from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
+from gateway.routing.types import (
+    Decision,
+    EngineView,
+    ModelView,
+    Outcome,
+    PairView,
+    RequestFeatures,
+    Route,
+)
 
-__all__ = ["LOOKUP_DRAFTS_KEY", "MODE_KEY", "AdaptivePolicy"]
-
-MODE_KEY = "all"  # one mode per model (the pair serves all classes in one regime)
-_IDLE_PREMIUM = 0.05  # a request alone on the pair goes to spec if that is 5 % faster for it
+__all__ = ["LOOKUP_DRAFTS_KEY", "AdaptivePolicy"]
 
 
-class AdaptivePolicy(PairState):
-    """The decision per request and the learning from each outcome, on the pair's state
-    (:class:`~gateway.routing.adaptive.pairstate.PairState`) and the regimes' prices
-    (:class:`~gateway.routing.adaptive.pricing.RegimePricing`)."""
+def _queues(e: EngineView) -> bool:
+    return (e.stats.waiting or 0.0) > 0
+
+
+@dataclass(slots=True)
+class _Priced:
+    """Step 1's result: a request and both regimes priced at the load it found."""
+
+    features: RequestFeatures
+    pair: PairView
+    now: float
+    request: RequestEstimate
+    device: DeviceView
+    costs: RegimeCosts
+    load: float
+    loads: tuple[float, float]  # requests on the spec and on the plain engine
+    shared: bool  # the pair is shared with replicas this one does not hear from
+    was: bool  # the mode before this request
+
+
+class AdaptivePolicy:
+    """The decision per request and the learning from each outcome (module doc)."""
 
     name = "adaptive"
 
     def __init__(self, cfg: RoutingConfig | None = None, *, steps: StepModel | None = None) -> None:
-        super().__init__(cfg or RoutingConfig(policy="adaptive"), steps)
+        self.cfg = cfg or RoutingConfig(policy="adaptive")
+        self.estimator = Estimator(self.cfg, steps)
+        self.controller = RegimeController(self.cfg)
+        self.cluster = Cluster()
+        self.quiet = QuietPair()
+        self.handover = Handover()
+        self.probe = Probe(self.cfg, self.estimator)
+        self.overrides: tuple[Override, ...] = (self.quiet, self.handover, Exploring(), self.probe)
+        self.regime_route = RegimeRoute(self.estimator)
         self.recent: deque[dict[str, object]] = deque(maxlen=max(1, self.cfg.recent_decisions))
         self.reasons: Counter[str] = Counter()
 
     # -- the decision ---------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:
-        pre = apply_hard_rules(features, view)
-        pair = pre.pair
-        spec, base = pair.spec, pair.base
+        pre = apply_hard_rules(features, view)  # 0. hard rules, shared by every policy
+        spec = pre.pair.spec
         if spec is None or pre.decision is not None:
-            if spec is not None:
-                self.bind(spec.method, spec.k)  # as configured, on every request
-                self.shared.record(now, spec, base, pre.decision.route if pre.decision else Route.BASE)
-            assert pre.decision is not None  # the hard rules decide for a pair without spec
-            return self._record(features, pre.decision, now, None)
-        self.bind(spec.method, spec.k)  # as configured, on every request
-        if self.prober.last_probe == -math.inf:
-            self.prober.last_probe = now
-        # A change point needs the traffic: a replica on a shared pair sees a share of it,
-        # and a cut on a few of its own requests would take it away from the others' regime.
-        self.mix.change_z = 0.0 if self._shared(now) else self.cfg.mix_change_z
-        self.live.refresh(
-            pair, now, self.steps, self._q_mix(), self.method, self.k, self._duration_s, self.context.mean()
-        )
+            return self._ruled(features, pre, now)
+        self.estimator.bind(spec.method, spec.k)  # as configured, on every request
+        self.probe.arm(now)
+        s = self._settle(self._estimate(features, pre.pair, now))  # 1. estimate, 2. regime
+        # 3. per-request overrides, in order; the regime's own route when none takes it
+        pick = next((p for o in self.overrides if (p := o.route(s)) is not None), None)
+        return self._decision(s, pick or self.regime_route.route(s))
 
-        kind, prior_e, p_draft, prior_q = self._enter_mix(features, now)
-        blended, evidence = self.learner.blend(kind, features.temperature, prior_e, now)
-        e = self._corrected(blended)
-        q, _ = self.draft_learner.blend(kind, features.temperature, prior_q, now)
-        in_flight = engine_load(spec) + engine_load(base)
-        device = self.shared.view(spec, base, now)
-        shared = self._shared(now)
-        following = self.leader_mode is not None
-        self.mode.premium = SHARED_PREMIUM if shared else 0.0
-        was = self.mode.speculating
-        queues = ((spec.stats.waiting or 0.0) > 0, (base.stats.waiting or 0.0) > 0)
-        costs, load = self._assess(
-            engine_load(spec), engine_load(base), now, following=following, queued=queues
-        )
-        speedup = costs.speedup
-        speculating = self.mode.speculating
-        # a pair shared with other replicas: no try at spec during a back-off, and back to
-        # plain when the others stay there (adaptive.shared)
-        tried_early = speculating and not was and now < self.shared.blocked_until
-        if self._peered(now):
-            pass  # the peers' channel shows the whole cluster's requests: nothing to infer
-        elif tried_early or self.shared.back_to_plain(
-            device, speculating=speculating, duration_s=self._duration_s, now=now
-        ):
-            self.mode.follow(False)
-            speculating = False
-        elif shared and self.shared.join_spec(
-            device,
-            speculating=speculating,
-            last_flip=self.mode.last_flip,
-            duration_s=self._duration_s,
-            now=now,
-        ):
-            self.mode.follow(True)  # the others lead to spec: follow (adaptive.shared)
-            speculating = True
-        self._quiet_pair(in_flight)
-        quiet = self._regime_quiet() and not shared
-        queued = queues[0]
-        explored: bool | None = None  # the engine being explored (True: spec), if one is
-        if not quiet and not shared and not following:
-            explorer, scales = self.explorer, self.live.scales
-            if explorer.plain(
-                scales, now, speculating=speculating, queued=queued, scale_spec=self.live.scale_spec
-            ):
-                explored = False
-            elif explorer.spec(
-                scales,
-                now,
-                speculating=speculating,
-                load=load,
-                could_pay=1.0 / self._inv_e_mix() > self.mode.upper,
-                headroom=math.log(self.mode.upper / max(speedup, 1e-6)),
-            ):
-                explored = True
-        exploring = explored is not None
-        if explored is not None:
-            speculating = explored
-            self.mode.follow(speculating)
-        elif self.explorer.spec_ended and speculating and speedup <= self.mode.upper:
-            self.explorer.spec_ended = False  # measured: back to plain unless spec now pays
-            speculating = False
-            self.mode.follow(speculating)
-        elif self.explorer.plain_ended and not speculating and speedup >= self.mode.lower:
-            self.explorer.plain_ended = False  # measured: back to spec unless plain now pays
-            speculating = True
-            self.mode.follow(speculating)
-        # A flip of the regime by evidence (not a quiet pair following its device): the old
-        # engine's streams move to the new one where the gateway can (move_on_flip).
-        moving = self.cfg.move_on_flip and speculating != was and not quiet
-        no_data = evidence == 0.0 and not self.live.measured
-        threshold = 1.0 + self.mode.margin
+    def _estimate(self, features: RequestFeatures, pair: PairView, now: float) -> _Priced:
+        """1. The request's tokens per step, and both regimes priced at the load it finds."""
+        est, peers = self.estimator, self.cluster
+        spec, base = pair.speculative, pair.base
+        est.refresh(pair, now, shared=peers.shared(now))
+        request = est.request(features, now)
+        device = peers.device(spec, base, now)
+        shared = peers.shared(now)
+        self.controller.premium(peers.premium(shared))
+        loads = (engine_load(spec), engine_load(base))
+        was = self.controller.speculating
+        costs, load = est.price_at(*loads, now)
+        return _Priced(features, pair, now, request, device, costs, load, loads, shared, was)
 
-        probe = False
-        target = Route.SPEC if speculating else Route.BASE
-        decode_ms = (costs.spec_ms - costs.shared_ms) / self._inv_e_mix() / e
-        own_spec_ms = decode_ms + costs.shared_ms  # this request's, on spec
-        own = costs.base_ms / own_spec_ms if own_spec_ms > 0 else 1.0
-        if quiet and not device.split:
-            if device.runs_spec or device.runs_base:  # one engine running: join it
-                route = Route.SPEC if device.runs_spec else Route.BASE
-                reason = Reason.JOIN_RUNNING
-            else:  # both idle: the engine fastest for this request
-                route = Route.SPEC if own > 1.0 + _IDLE_PREMIUM else Route.BASE
-                reason = Reason.PRIOR if no_data else Reason.IDLE_PAIR
-            self._routing = route
-            if not following:  # a follower's mode is the leader's
-                self.mode.follow(route is Route.SPEC)
-        elif self._handover(target, pair, now, moving=moving):
-            route, reason = target.other, Reason.HANDOVER
-        elif exploring:
-            route, reason = target, Reason.EXPLORE
-        elif speculating:
-            route = Route.SPEC
-            reason = (
-                Reason.PRIOR
-                if no_data
-                else (Reason.PREDICTED_FASTER if speedup > threshold else Reason.HYSTERESIS)
+    def _settle(self, p: _Priced) -> Situation:
+        """2. The regime, in the controller's order: the evidence, the shared pair's
+        proposal, exploration; then what the overrides read."""
+        est, ctl, peers, now = self.estimator, self.controller, self.cluster, p.now
+        spec, base = p.pair.speculative, p.pair.base
+        following = peers.following
+        if not following:
+            self._weigh(p.costs, p.loads, now, queued=(_queues(spec), _queues(base)))
+        last_flip, duration_s = ctl.mode.last_flip, est.duration_s
+        ctl.propose(
+            peers.proposal(
+                p.device,
+                speculating=ctl.speculating,
+                was=p.was,
+                last_flip=last_flip,
+                duration_s=duration_s,
+                now=now,
             )
-        elif (
-            not following  # the leader probes for the cluster
-            and self._probe_candidate(features, blended, device)
-            and self._recovery_would_flip(load)
-            and self.prober.should_probe(now)
-        ):
-            route, reason, probe = Route.SPEC, Reason.PROBE, True
-        else:
-            route = Route.BASE
-            if speedup > threshold:
-                reason = Reason.BELOW_BREAK_EVEN  # held in fallback: not enough evidence yet
-            elif self._regime(1.0).speedup > 1.0:
-                reason = Reason.HIGH_LOAD  # the measured load holds it here (unloaded, spec wins)
-            else:
-                # acceptance holds it here: as measured, or as the prior expects
-                reason = Reason.PRIOR if no_data else Reason.LOW_ACCEPTANCE
-        if route is Route.SPEC:
-            self.live.track_expected(now, blended, p_draft, q)
-        self.shared.record(now, spec, base, route)
-        # What the model alone predicts for this request on its engine, for the bias to learn
-        # from; only when the request will have the device to its engine (no probe, the
-        # other engine idle). One that queues counts: its time per token starts at its
-        # first token, in the engine's full batch, which the model prices at the cap.
-        other_runs = device.runs_base if route is Route.SPEC else device.runs_spec
-        predicted: float | None = None
-        if not probe and not other_runs:
-            ms = costs.base_ms
-            if route is Route.SPEC:  # the model's own prediction
-                ms = decode_ms / self.bias.factor(Route.SPEC, now, load) + costs.shared_ms
-            predicted = ms / 1000.0
-        d = decide_route(
-            pair,
-            route,
-            reason,
-            predicted_speedup=round(own, 4),
-            predicted_acceptance=round(e, 4),
-            probe=probe,
-            predicted_tpot_s=predicted,
-            move_from=target.other if moving else None,
         )
-        return self._record(features, d, now, e)
+        self.quiet.observe(p.loads[0] + p.loads[1])
+        quiet = peers.quiet(self.quiet.quiet) and not p.shared
+        exploring = ctl.explore(
+            est.live.scales,
+            now,
+            active=not quiet and not p.shared and not following,
+            speedup=p.costs.speedup,
+            load=p.load,
+            queued=_queues(spec),
+            scale_spec=est.live.scale_spec,
+            mix_tokens_per_step=1.0 / est.inv_e_mix(),
+        )
+        speculating, mode = ctl.speculating, ctl.mode
+        own, decode_ms = est.own(p.costs, p.request.e)
+        return Situation(
+            p.features, p.pair, now, p.request, p.device, p.costs, p.load,
+            speculating=speculating,
+            target=Route.SPEC if speculating else Route.BASE,
+            last_flip=mode.last_flip,
+            quiet=quiet,
+            following=following,
+            exploring=exploring,
+            moving=self.cfg.move_on_flip and speculating != p.was and not quiet,
+            own_speedup=own,
+            decode_ms=decode_ms,
+            no_data=p.request.evidence == 0.0 and not est.live.measured,
+            threshold=1.0 + mode.margin,
+            upper=mode.upper,
+            duration_s=duration_s,
+        )  # fmt: skip
+
+    def _decision(self, s: Situation, pick: Pick) -> Decision:
+        """The request's decision from the override (or regime) that routed it; what the
+        model alone predicts goes with it, for the latency bias to learn from, when the
+        request has the device to its engine (no probe, the other engine idle)."""
+        est, r, now = self.estimator, s.request, s.now
+        if pick.sets_regime:  # a quiet pair's regime is what its device runs
+            self.handover.routing = pick.route
+            if not s.following:  # a follower's mode is the leader's
+                self.controller.propose(pick.route is Route.SPEC)
+        if pick.route is Route.SPEC:
+            est.live.track_expected(now, r.blended, r.p_draft, r.q)
+        self.cluster.pair.record(now, s.pair.speculative, s.pair.base, pick.route)
+        other_runs = s.device.runs_base if pick.route is Route.SPEC else s.device.runs_spec
+        clean = not pick.probe and not other_runs
+        d = decide_route(
+            s.pair,
+            pick.route,
+            pick.reason,
+            predicted_speedup=round(s.own_speedup, REPORT_DIGITS),
+            predicted_acceptance=round(r.e, REPORT_DIGITS),
+            probe=pick.probe,
+            predicted_tpot_s=est.predicted_tpot_s(pick.route, s.costs, s.decode_ms, s.load, now)
+            if clean
+            else None,
+            move_from=s.target.other if s.moving else None,
+        )
+        return self._record(s.features, d, now, r.e)
+
+    def _ruled(self, features: RequestFeatures, pre: Preliminary, now: float) -> Decision:
+        """A request the hard rules decided (or a pair without spec)."""
+        spec = pre.pair.spec
+        if spec is not None:
+            self.estimator.bind(spec.method, spec.k)  # as configured, on every request
+            route = pre.decision.route if pre.decision else Route.BASE
+            self.cluster.pair.record(now, spec, pre.pair.base, route)
+        assert pre.decision is not None  # the hard rules decide for a pair without spec
+        return self._record(features, pre.decision, now, None)
+
+    def _weigh(
+        self, costs: RegimeCosts, loads: tuple[float, float], now: float, *, queued: tuple[bool, bool]
+    ) -> None:
+        """Feed the evidence switch the predicted speed-up at the load a request found."""
+        est = self.estimator
+        self.controller.weigh(
+            costs.speedup,
+            now,
+            loads=loads,
+            queued=queued,
+            busy=self.quiet.busy,
+            drain_s=est.drain_s(),
+            noise=est.noise(costs),
+        )
 
     # -- learning -------------------------------------------------------------------
+    def bind(self, method: str | None, k: int) -> None:
+        """The spec engine's method and k (:class:`~gateway.routing.types.PairBound`)."""
+        self.estimator.bind(method, k)
+
     def observe(self, outcome: Outcome, now: float) -> None:
-        if not outcome.ok:
-            return
-        self.context.observe(outcome.prompt_tokens, outcome.completion_tokens)
-        if self._fixed_steps is None:
-            self.steps = self._steps_for(self.context.bucket())
-        held = self._repriced(outcome, now)
-        if outcome.predicted_tpot_s is not None and outcome.tpot_s is not None and held is not None:
-            found, repriced = held
-            tokens = outcome.completion_tokens
-            self.bias.observe(
-                outcome.route, outcome.tpot_s, outcome.predicted_tpot_s, tokens, now, found, repriced
-            )
-        if outcome.ttft_s is not None and outcome.tpot_s is not None and outcome.completion_tokens > 0:
-            decode = outcome.tpot_s * max(0, outcome.completion_tokens - 1)
-            self._duration_s += 0.05 * (outcome.ttft_s + decode - self._duration_s)
-            self._decode_s += 0.05 * (decode - self._decode_s)
-        kind = outcome.kind if outcome.kind in KINDS else "chat"
-        if not self._bound:
-            return  # the pair's method is not known yet: nothing to attribute the answer to
-        if self.method in NGRAM_METHODS:
-            if outcome.lookup_acceptance is not None:
-                self.learner.observe(kind, outcome.temperature, outcome.lookup_acceptance * self.k, now)
-            drafted = outcome.extra.get(LOOKUP_DRAFTS_KEY)
-            if drafted is not None:
-                self.draft_learner.observe(kind, outcome.temperature, drafted, now)
-        elif outcome.reported_mean_acceptance_length is not None:
-            self.learner.observe(
-                kind, outcome.temperature, outcome.reported_mean_acceptance_length - 1.0, now
-            )
+        self.estimator.observe(outcome, now)
+
+    # -- peers (:mod:`gateway.peers`) ----------------------------------------------
+    def witness(
+        self, features: RequestFeatures, route: Route, now: float, loads: tuple[float, float] | None = None
+    ) -> Route | None:
+        """A peer replica routed a request: it joins the traffic this replica prices and,
+        when sent to spec, what the spec engine's acceptance is compared with; with
+        ``loads`` (the requests it found on the spec and the plain engine) the regime is
+        updated at that load and the quiet-pair estimate counts it, as for this replica's
+        own arrivals. Returns the route whose streams move now, when the mode flipped."""
+        self.cluster.heard(now)
+        est = self.estimator
+        entered = est.enter(features, now)
+        if route is Route.SPEC:
+            r = est.blend(features, entered, now)
+            est.live.track_expected(now, r.blended, r.p_draft, r.q)
+        if loads is None:
+            return None
+        was = self.controller.speculating
+        costs, _ = est.price_at(*loads, now)
+        if not self.cluster.following:
+            self._weigh(costs, loads, now, queued=(False, False))
+        self.quiet.observe(loads[0] + loads[1])
+        return self._flip_moves(was)
+
+    def follow_leader(
+        self, speculating: bool | None, now: float, *, quiet: bool | None = None
+    ) -> Route | None:
+        """The regime the cluster's leader published (None: no leader, this replica decides
+        alone), and whether it finds the pair quiet. Returns the route whose streams move
+        now when the regime flipped: this replica's streams follow the leader's flip at once."""
+        was = self.controller.speculating
+        self.cluster.follow(speculating, now, quiet)
+        if speculating is not None:
+            self.controller.follow_leader(speculating, now)
+        return self._flip_moves(was)
+
+    def regime(self) -> tuple[bool, bool]:
+        """(speculating, quiet): what this replica tells the others while it leads."""
+        return self.controller.speculating, self.quiet.quiet
+
+    def _flip_moves(self, was: bool) -> Route | None:
+        """The route whose streams move after a flip outside this replica's decisions (a
+        peer's request, the leader's word): none on a quiet pair, whose requests pick their
+        engine one by one, or without ``move_on_flip``."""
+        speculating = self.controller.speculating
+        if was == speculating or self.cluster.quiet(self.quiet.quiet) or not self.cfg.move_on_flip:
+            return None
+        self.handover.routing = Route.SPEC if speculating else Route.BASE  # moved: no handover
+        return self.handover.routing.other
 
     # -- explainability -------------------------------------------------------------
     def _record(self, f: RequestFeatures, d: Decision, now: float, e: float | None) -> Decision:
@@ -276,51 +285,26 @@ class AdaptivePolicy(PairState):
         if self.cfg.recent_decisions > 0:
             self.recent.append(
                 {
-                    "t": round(now, 3),
+                    "t": round(now, TIME_DIGITS),
                     "kind": f.kind,
                     "temperature": f.temperature,
                     "route": d.route.value,
                     "engine": d.engine,
                     "reason": d.reason,
                     "speedup": d.predicted_speedup,
-                    "tokens_per_step": None if e is None else round(e, 3),
+                    "tokens_per_step": None if e is None else round(e, TIME_DIGITS),
                     "probe": d.probe,
                 }
             )
         return d
 
     def snapshot(self) -> dict[str, object]:
-        now = self.live.last_update if math.isfinite(self.live.last_update) else 0.0
-        c = self._last_costs
-        m, p = self.mode, self.prober
-        return {
-            "policy": self.name,
-            "method": self.method,
-            "k": self.k,
-            "mode": "speculating" if m.speculating else "fallback",
-            "modes": {
-                MODE_KEY: {
-                    "mode": "speculating" if m.speculating else "fallback",
-                    "predicted_speedup": None if m.last is None else round(m.last, 4),
-                    "evidence_against": round(m.against, 4),
-                    "prediction_noise": round(m.noise, 4),  # the band widens by it
-                    "flips": m.flips,
-                }
-            },
-            "context_tokens": round(self.context.mean()),
-            "break_even_tokens_per_step": None if c is None else round(c.break_even_tokens_per_step, 4),
-            "last_predicted_speedup": None if c is None else round(c.speedup, 4),
-            "mix_tokens_per_step": round(1.0 / self._inv_e_mix(), 4),
-            "mix_verified_tokens_per_step": round(self._q_mix(), 4),
-            "live_acceptance_ratio": round(self.live.ratio, 4),
-            "live_draft_ratio": round(self.live.q_ratio, 4),
-            "step_scale": {"spec": round(self.live.scale_spec, 4), "base": round(self.live.scale_base, 4)},
-            "measured_vs_model": self.bias.snapshot(now),
-            "learned": self.learner.snapshot(now),
-            # other gateway replicas' requests seen on the pair within the last minute
-            "shared_pair": self.shared.shared(now),
-            "probe_share": round(p.probes / p.eligible, 4) if p.eligible else 0.0,
-            "probes": p.probes,
-            "reasons": dict(self.reasons),
-            "recent_decisions": list(self.recent),
-        }
+        return policy_state(
+            self.name,
+            self.estimator,
+            self.controller,
+            self.cluster,
+            self.probe.prober,
+            self.reasons,
+            self.recent,
+        )

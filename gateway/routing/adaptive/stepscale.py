@@ -29,18 +29,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gateway.routing.adaptive.knobs import knob
 from gateway.routing.adaptive.loadbins import Track, kernel, load_bin
 
-_MAX_LOG = math.log(20.0)  # a fit outside 1/20 .. 20 x the profile is clipped
-_KERNEL_FLOOR = 0.02  # a measurement far away in load still says something of the device
-_PRIOR_WEIGHT = 1.0  # fits of the device factor a load's reading is shrunk toward
+
+@dataclass(frozen=True, slots=True)
+class StepScaleKnobs:
+    max_log: float = knob(math.log(20.0), "log ratio", "a fit beyond 1/20 .. 20 x the profile is an artefact")
+    kernel_floor: float = knob(
+        0.02, "weight", "a measurement far away in load still says something of the device"
+    )
+    prior_weight: float = knob(1.0, "fits", "a load's own reading outweighs the device factor after one fit")
+    near_bins: int = knob(
+        2, "half-octave bins", "the engines are compared only where both ran within an octave"
+    )
+    near_weight: float = knob(
+        0.5, "fits (decayed)", "an engine counts as measured at a load while half a recent fit weighs there"
+    )
 
 
-_NEAR_BINS = 2  # the offset compares the engines only where both ran within an octave
-_NEAR_WEIGHT = 0.5  # an engine counts as measured at a load while its fits there weigh this
+_K = StepScaleKnobs()
 
 
-def _kernel(d: int, floor: float = _KERNEL_FLOOR) -> float:
+def _kernel(d: int, floor: float = _K.kernel_floor) -> float:
     return max(floor, kernel(d))
 
 
@@ -49,7 +60,9 @@ class StepScales:
     """Per engine (``spec``: True for the speculative one) and load bin, the decayed mean
     log(measured ÷ profile) step time; ``tau_s``: how long a fit is evidence."""
 
-    tau_s: float = 300.0
+    tau_s: float = knob(
+        300.0, "s", "a fit is evidence for a few minutes (the traffic's context moves slower)"
+    )
     tracks: dict[tuple[bool, int], Track] = field(default_factory=dict)
     fits: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
     _cache_key: tuple[float, int, int] | None = None
@@ -61,7 +74,7 @@ class StepScales:
             return
         t = self.tracks.setdefault((spec, load_bin(load)), Track())
         t.decay(now, self.tau_s)
-        t.total += max(-_MAX_LOG, min(_MAX_LOG, math.log(ratio)))
+        t.total += max(-_K.max_log, min(_K.max_log, math.log(ratio)))
         t.weight += 1.0
         t.samples += 1
         self.fits[spec] += 1
@@ -74,13 +87,13 @@ class StepScales:
     def measured_near(self, spec: bool, load: float, now: float) -> bool:
         """Whether the engine was measured lately within an octave of ``load``: at least
         one recent fit's weight (decayed) in the bins there."""
-        at = load_bin(load)
+        at, near = load_bin(load), _K.near_bins
         weight = 0.0
         for (s, b), t in self.tracks.items():
-            if s is spec and abs(b - at) <= _NEAR_BINS:
+            if s is spec and abs(b - at) <= near:
                 t.decay(now, self.tau_s)
                 weight += t.weight
-        return weight >= _NEAR_WEIGHT
+        return weight >= _K.near_weight
 
     def cheaper(self, spec: bool, now: float) -> float | None:
         """How much cheaper than the profile the engine was measured at any load: the
@@ -100,9 +113,10 @@ class StepScales:
         """(Σ kernel × total, Σ kernel × weight) of one engine's tracks around bin ``at``
         (``near``: only those within an octave)."""
         num = den = 0.0
+        bins, floor = _K.near_bins, 0.0 if near else _K.kernel_floor
         for (s, b), t in self.tracks.items():
-            if s is spec and (not near or abs(b - at) <= _NEAR_BINS):
-                k = _kernel(abs(b - at), 0.0 if near else _KERNEL_FLOOR)
+            if s is spec and (not near or abs(b - at) <= bins):
+                k = _kernel(abs(b - at), floor)
                 num += k * t.total
                 den += k * t.weight
         return num, den
@@ -144,8 +158,8 @@ class StepScales:
             g_num += t.total + (0.0 if s is spec else off * t.weight)
             g_den += t.weight
         device = g_num / g_den if g_den > 0 else 0.0
-        num = _PRIOR_WEIGHT * device + own_num + oth_num + off * oth_den
-        return num / (_PRIOR_WEIGHT + own_den + oth_den)
+        num = _K.prior_weight * device + own_num + oth_num + off * oth_den
+        return num / (_K.prior_weight + own_den + oth_den)
 
     def scale(self, spec: bool, load: float, now: float) -> float:
         """The engine's step time at ``load`` ÷ the profile's (1: nothing measured)."""

@@ -47,7 +47,7 @@ def warm(
         f = traffic[i % len(traffic)]
         d = p.decide(f, mv, t)
         if d.predicted_acceptance is not None:
-            accepted = max(0.0, min(1.0, (d.predicted_acceptance - 1.0) / p.k))
+            accepted = max(0.0, min(1.0, (d.predicted_acceptance - 1.0) / p.estimator.k))
             p.observe(
                 Outcome("m", d.route, d.engine, f.kind, f.temperature, ok=True, lookup_acceptance=accepted), t
             )
@@ -240,7 +240,7 @@ def test_no_flapping_under_noise() -> None:
             routes.append(d.route)
         t += 0.05
     changes = sum(1 for a, b in itertools.pairwise(routes) if a is not b)
-    assert p.mode.flips <= 1 and changes <= 1
+    assert p.controller.mode.flips <= 1 and changes <= 1
 
 
 def test_learning_from_outcomes_moves_traffic() -> None:
@@ -302,10 +302,12 @@ def _run_alone(
     out = []
     for i in range(seconds):
         if spec_engine:
-            ms = p.steps.step_ms(9.0, p._q_mix()) + p.steps.spec_extra_ms("ngram", p.k, 9.0)
+            ms = p.estimator.steps.step_ms(9.0, p.estimator.q_mix()) + p.estimator.steps.spec_extra_ms(
+                "ngram", p.estimator.k, 9.0
+            )
             mv = view(with_(SPEC, inflight=8, step_s=factor * ms / 1000 + i * 1e-9), with_(BASE, inflight=0))
         else:
-            ms = p.steps.step_ms(9.0, 1.0)
+            ms = p.estimator.steps.step_ms(9.0, 1.0)
             mv = view(with_(SPEC, inflight=0), with_(BASE, inflight=8, step_s=factor * ms / 1000 + i * 1e-9))
         out += [p.decide(EDIT, mv, t0 + i + j / 10) for j in range(10)]
     return out
@@ -320,10 +322,10 @@ def test_a_slow_spec_engine_is_compared_with_plain_measured_and_loses_its_traffi
     explored = [d for d in first if d.reason == Reason.EXPLORE]
     assert explored and all(d.route is Route.BASE for d in explored)
     assert explored[0].move_from is Route.SPEC
-    assert p.live.scale_spec > 4.0
+    assert p.estimator.live.scale_spec > 4.0
     after = _run_alone(p, False, 1.0, 10.0, 30)
-    assert p.live.scale(False, 9.0) == pytest.approx(1.0, rel=0.15)
-    assert not p.mode.speculating and after[-1].route is Route.BASE
+    assert p.estimator.live.scale(False, 9.0) == pytest.approx(1.0, rel=0.15)
+    assert not p.controller.mode.speculating and after[-1].route is Route.BASE
     assert not any(d.reason == Reason.EXPLORE for d in after[-100:])  # explored once
 
 
@@ -332,16 +334,16 @@ def test_a_slower_gpu_explores_plain_once_and_goes_back_to_spec() -> None:
     well, the pair is back on spec, where copy-heavy edits are faster."""
     p = policy()
     _run_alone(p, True, 2.0, 0.0, 10)
-    assert not p.mode.speculating  # exploring
+    assert not p.controller.mode.speculating  # exploring
     after = _run_alone(p, False, 2.0, 10.0, 30)
-    assert p.mode.speculating and after[-1].route is Route.SPEC
-    assert p.live.scale(True, 9.0) == pytest.approx(p.live.scale(False, 9.0), rel=0.1)
+    assert p.controller.mode.speculating and after[-1].route is Route.SPEC
+    assert p.estimator.live.scale(True, 9.0) == pytest.approx(p.estimator.live.scale(False, 9.0), rel=0.1)
 
 
 def test_a_spec_engine_on_the_profile_is_not_explored() -> None:
     p = policy()
     decisions = _run_alone(p, True, 1.0, 0.0, 20)
-    assert p.mode.speculating and not any(d.reason == Reason.EXPLORE for d in decisions)
+    assert p.controller.mode.speculating and not any(d.reason == Reason.EXPLORE for d in decisions)
 
 
 def test_steps_long_because_they_prefill_are_not_read_as_slow_decoding() -> None:
@@ -349,9 +351,9 @@ def test_steps_long_because_they_prefill_are_not_read_as_slow_decoding() -> None
     the profile's decode step: the fit takes the prefill out (the scale stays near 1), and
     the prefill is priced into both regimes alike instead."""
     p = policy()
-    c = p.steps.prefill_ms_per_token()
+    c = p.estimator.steps.prefill_ms_per_token()
     load = 16.0
-    decode = p.steps.step_ms(load, 6) + p.steps.spec_extra_ms("ngram", 5, load)
+    decode = p.estimator.steps.step_ms(load, 6) + p.estimator.steps.spec_extra_ms("ngram", 5, load)
     prefill_tps = 0.5 / (c / 1000.0)  # half of the engine's time
     for i in range(80):  # the ratio settles on a 10-s half-life
         mv = view(
@@ -366,11 +368,13 @@ def test_steps_long_because_they_prefill_are_not_read_as_slow_decoding() -> None
         )
         for j in range(10):
             p.decide(EDIT, mv, i + j / 10)
-    assert 0.8 < p.live.scale_spec < 1.25
-    alone = p._regime(load)
-    assert p.live.prefill_per_token == pytest.approx(4.0, rel=0.02)
-    assert alone.shared_ms == pytest.approx(c * load * p.live.prefill_per_token)
-    assert alone.base_ms - alone.shared_ms == pytest.approx(p.steps.step_ms(load, 1) * p.live.scale_base)
+    assert 0.8 < p.estimator.live.scale_spec < 1.25
+    alone = p.estimator.regime(load)
+    assert p.estimator.live.prefill_per_token == pytest.approx(4.0, rel=0.02)
+    assert alone.shared_ms == pytest.approx(c * load * p.estimator.live.prefill_per_token)
+    assert alone.base_ms - alone.shared_ms == pytest.approx(
+        p.estimator.steps.step_ms(load, 1) * p.estimator.live.scale_base
+    )
 
 
 def test_a_request_that_met_a_rising_load_does_not_teach_the_bias() -> None:
@@ -393,7 +397,7 @@ def test_a_request_that_met_a_rising_load_does_not_teach_the_bias() -> None:
         p.observe(out, t0 + 0.05 + tpot * 199)
 
     served(0.0, 0, 0.010)  # the load rose from 0 to 190 in flight while it ran
-    assert p.bias.samples[Route.SPEC] == 0
+    assert p.estimator.bias.samples[Route.SPEC] == 0
 
     def steady(t0: float) -> None:
         d = p.decide(EDIT, view(with_(SPEC, inflight=12), with_(BASE, inflight=0)), t0)
@@ -407,7 +411,7 @@ def test_a_request_that_met_a_rising_load_does_not_teach_the_bias() -> None:
         p.observe(out, t0 + 2.0)
 
     steady(100.0)
-    assert p.bias.samples[Route.SPEC] == 1
+    assert p.estimator.bias.samples[Route.SPEC] == 1
 
 
 def test_the_error_measured_at_full_load_decides_there_not_the_one_learned_light() -> None:
@@ -431,7 +435,7 @@ def test_the_error_measured_at_full_load_decides_there_not_the_one_learned_light
             )  # fmt: skip
             p.observe(out, t + 0.05 + d.predicted_tpot_s * factor * 199)
             # plain, measured at the same load (before, or by another replica), runs as modelled
-            p.bias.observe(Route.BASE, 0.01, 0.01, 200, t, p._loads[-1][1])
+            p.estimator.bias.observe(Route.BASE, 0.01, 0.01, 200, t, p.estimator.loads.entries[-1][1])
             t = round(t + 0.1, 6)
         return t
 
@@ -439,14 +443,16 @@ def test_the_error_measured_at_full_load_decides_there_not_the_one_learned_light
     for _ in range(30):  # the batch fills (the cap is learned from the scrapes)
         p.decide(EDIT, full, t)
         t = round(t + 0.1, 6)
-    blind = p._last_costs
+    blind = p.estimator.last_costs
     assert blind is not None
     t = serve(full, 0.7, t)  # the full engine, queue and all, runs 30 % under the model
     d = p.decide(EDIT, full, t)
-    assert p.bias.factor(Route.SPEC, t, 2.0) > 1.0  # (the light gap, toward the offset of both loads)
-    assert p.bias.factor(Route.SPEC, t, 64.0) == pytest.approx(0.7, rel=0.1)
-    assert p._last_costs is not None
-    assert p._last_costs.speedup > 1.3 * blind.speedup  # the peak is priced as measured
+    assert (
+        p.estimator.bias.factor(Route.SPEC, t, 2.0) > 1.0
+    )  # (the light gap, toward the offset of both loads)
+    assert p.estimator.bias.factor(Route.SPEC, t, 64.0) == pytest.approx(0.7, rel=0.1)
+    assert p.estimator.last_costs is not None
+    assert p.estimator.last_costs.speedup > 1.3 * blind.speedup  # the peak is priced as measured
     assert d.route is Route.SPEC
 
 
@@ -490,7 +496,10 @@ def test_a_flip_hands_over_at_a_moment_the_old_engine_is_idle() -> None:
     last_one = view(with_(SPEC, inflight=1))
     t = warm(p, (EDIT,), view(with_(SPEC, inflight=6)))  # a busy pair
     assert p.decide(EDIT, last_one, t).route is Route.SPEC
-    p.mode.speculating, p.mode.last_flip = False, t  # the mode flips (whatever the cause)
+    p.controller.mode.speculating, p.controller.mode.last_flip = (
+        False,
+        t,
+    )  # the mode flips (whatever the cause)
     d = p.decide(CHAT_HOT, last_one, t + 0.1)
     assert (d.route, d.reason) == (Route.SPEC, "handover")
     idle = view(with_(SPEC, inflight=0), with_(BASE, inflight=0))
@@ -502,7 +511,7 @@ def test_a_handover_waits_at_most_one_request_duration() -> None:
     p = policy(switch_evidence=100.0)
     last_one = view(with_(SPEC, inflight=1))
     t = warm(p, (EDIT,), view(with_(SPEC, inflight=6)))  # a busy pair
-    p.mode.speculating, p.mode.last_flip = False, t
+    p.controller.mode.speculating, p.controller.mode.last_flip = False, t
     assert p.decide(CHAT_HOT, last_one, t + 0.5).reason == "handover"
     assert p.decide(CHAT_HOT, last_one, t + 2.5).route is Route.BASE  # 2 s: the prior duration
 
@@ -513,7 +522,7 @@ def test_a_busy_old_engine_is_not_fed_after_a_flip() -> None:
     p = policy(switch_evidence=100.0)
     busy_spec = view(with_(SPEC, inflight=6))
     t = warm(p, (EDIT,), busy_spec)
-    p.mode.speculating, p.mode.last_flip = False, t
+    p.controller.mode.speculating, p.controller.mode.last_flip = False, t
     assert p.decide(CHAT_HOT, busy_spec, t + 0.1).route is Route.BASE
 
 
@@ -548,7 +557,7 @@ def test_a_pair_that_gets_busy_keeps_the_regime_the_device_is_in() -> None:
     for i in range(40):  # 10 req/s of mixed traffic now
         t = round(t + 0.1, 6)
         routes.append(p.decide(MIXED[i % len(MIXED)], busy, t).route)
-    assert routes[0] is Route.SPEC and not p._quiet
+    assert routes[0] is Route.SPEC and not p.quiet.quiet
 
 
 def _outcome(d_route: Route, tpot_s: float, predicted_s: float | None, kind: str = "edit") -> Outcome:
@@ -573,7 +582,9 @@ def test_measured_latency_corrects_the_model_and_decides() -> None:
         d = p.decide(MODERATE[i % 2], mv, t)
         if d.route is Route.SPEC and d.predicted_tpot_s is not None:
             p.observe(_outcome(Route.SPEC, 1.3 * d.predicted_tpot_s, d.predicted_tpot_s), t)
-            p.bias.observe(Route.BASE, 0.01, 0.01, 200, t, p._loads[-1][1])  # plain: as modelled
+            p.estimator.bias.observe(
+                Route.BASE, 0.01, 0.01, 200, t, p.estimator.loads.entries[-1][1]
+            )  # plain: as modelled
         if d.route is Route.BASE and flipped is None:
             flipped = t
     assert flipped is not None
@@ -597,8 +608,12 @@ def test_a_gap_both_engines_could_share_is_not_held_against_spec() -> None:
         assert d.route is Route.SPEC
         if d.predicted_tpot_s is not None:
             p.observe(_outcome(Route.SPEC, 1.3 * d.predicted_tpot_s, d.predicted_tpot_s), t)
-    assert p.bias.log_bias(Route.SPEC, t, p._loads[-1][1]) > 0.15  # measured, and kept
-    assert p.bias.factor(Route.SPEC, t, p._loads[-1][1]) == pytest.approx(1.0, abs=0.01)
+    assert (
+        p.estimator.bias.log_bias(Route.SPEC, t, p.estimator.loads.entries[-1][1]) > 0.15
+    )  # measured, and kept
+    assert p.estimator.bias.factor(Route.SPEC, t, p.estimator.loads.entries[-1][1]) == pytest.approx(
+        1.0, abs=0.01
+    )
 
 
 def _spec_gap_learned(p: AdaptivePolicy, measured_ratio: float | None) -> tuple[float, float]:
@@ -608,16 +623,16 @@ def _spec_gap_learned(p: AdaptivePolicy, measured_ratio: float | None) -> tuple[
     the bias learned)."""
     mv = view(base=with_(BASE, inflight=0), spec=with_(SPEC, inflight=24))
     t = warm(p, MODERATE, mv)
-    p.live.raw_ratio = measured_ratio
+    p.estimator.live.raw_ratio = measured_ratio
     gap = load = 0.0
     for i in range(300):
         t = round(t + 0.1, 6)
         d = p.decide(MODERATE[i % 2], mv, t)
         if d.route is Route.SPEC and d.predicted_tpot_s is not None:
-            load, priced = p._loads[-1][1], p._loads[-1][2]
-            gap = p._lens(load, 0.5)[0] - priced  # the acceptance was half the expected
+            load, priced = p.estimator.loads.entries[-1][1], p.estimator.loads.entries[-1][2]
+            gap = p.estimator.lens(load, 0.5)[0] - priced  # the acceptance was half the expected
             p.observe(_outcome(Route.SPEC, math.exp(gap) * d.predicted_tpot_s, d.predicted_tpot_s), t)
-    return gap, p.bias.log_bias(Route.SPEC, t, load)
+    return gap, p.estimator.bias.log_bias(Route.SPEC, t, load)
 
 
 def test_a_gap_the_live_acceptance_measured_is_not_learned_twice() -> None:
@@ -657,12 +672,12 @@ def test_requests_the_hard_rules_route_are_this_replicas_own_not_anothers() -> N
     # it finished by t=10.5; the scrape taken at t=10.2 still shows it running
     later = view(with_(SPEC, running=0.0, at=10.2), with_(BASE, inflight=0, running=1.0, at=10.2))
     d = p.decide(EDIT, later, 10.5)
-    assert not p.shared.shared(10.5)
+    assert not p.cluster.pair.shared(10.5)
     assert d.reason in {Reason.IDLE_PAIR, Reason.PRIOR}  # the pair is idle: the request chooses
     # another replica's request on plain, by contrast, makes the pair shared
     other = view(with_(SPEC, running=0.0, at=11.0), with_(BASE, inflight=0, running=1.0, at=11.0))
     p.decide(EDIT, other, 12.0)
-    assert p.shared.shared(12.0) and p.snapshot()["shared_pair"] is True
+    assert p.cluster.pair.shared(12.0) and p.snapshot()["shared_pair"] is True
 
 
 @pytest.mark.parametrize("move_on_flip", [True, False])
@@ -679,7 +694,7 @@ def test_an_evidence_flip_names_the_engine_to_move_from(move_on_flip: bool) -> N
         while t < until:
             decisions.append(p.decide(EDIT, mv, t))
             t = round(t + 0.1, 6)
-    assert p.mode.flips == 1
+    assert p.controller.mode.flips == 1
     moves = [d for d in decisions if d.move_from is not None]
     flip = next(i for i, d in enumerate(decisions) if d.route is Route.BASE or d.probe)
     if move_on_flip:
@@ -701,22 +716,22 @@ def test_a_replica_in_fallback_follows_the_others_to_spec_unless_it_just_left_it
         with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=0.0, at=9.9)
     )
     p.decide(CHAT_HOT, others_on_spec, 9.0)
-    p.mode.speculating = False  # in fallback, since long ago
+    p.controller.mode.speculating = False  # in fallback, since long ago
     d = p.decide(CHAT_HOT, others_on_spec, 10.0)
-    assert p.shared.shared(10.0) and p.mode.speculating
+    assert p.cluster.pair.shared(10.0) and p.controller.mode.speculating
     assert d.route is Route.SPEC and d.move_from is Route.BASE  # its own plain streams move too
     # a replica that left spec a moment ago on its own evidence stays on plain
     q = policy()
     q.decide(CHAT_HOT, others_on_spec, 9.0)
-    q.mode.speculating, q.mode.last_flip = False, 9.5
+    q.controller.mode.speculating, q.controller.mode.last_flip = False, 9.5
     d = q.decide(CHAT_HOT, others_on_spec, 10.0)
-    assert not q.mode.speculating and d.route is Route.BASE
+    assert not q.controller.mode.speculating and d.route is Route.BASE
     # and nobody follows into a split: others on both engines leave it where it is
     r = policy()
     split = view(with_(SPEC, inflight=0, running=3.0, at=9.9), with_(BASE, inflight=0, running=2.0, at=9.9))
     r.decide(CHAT_HOT, split, 9.0)
-    r.mode.speculating = False
-    assert r.decide(CHAT_HOT, split, 10.0).route is Route.BASE and not r.mode.speculating
+    r.controller.mode.speculating = False
+    assert r.decide(CHAT_HOT, split, 10.0).route is Route.BASE and not r.controller.mode.speculating
 
 
 def test_a_change_of_traffic_flips_within_a_few_of_its_requests() -> None:
@@ -728,7 +743,7 @@ def test_a_change_of_traffic_flips_within_a_few_of_its_requests() -> None:
         p = policy(mix_change_z=change_z)
         busy = view(with_(SPEC, inflight=6, tokens_per_step=2.5))
         t = warm(p, (EDIT,), busy, interval=0.5)
-        assert p.mode.speculating
+        assert p.controller.mode.speculating
         for n in range(1, 40):
             if p.decide(CHAT_HOT, busy, t).route is Route.BASE:
                 return n

@@ -48,19 +48,19 @@ def test_the_policy_reads_the_profile_at_the_measured_context() -> None:
     cfg = RoutingConfig(policy="adaptive")
     p = AdaptivePolicy(cfg)
     profile = physics.get_profile(cfg.profile)
-    assert p.steps.step_ms(64, 1) == pytest.approx(profile.step_ms(64, 1, 1024))
+    assert p.estimator.steps.step_ms(64, 1) == pytest.approx(profile.step_ms(64, 1, 1024))
     for i in range(100):  # short prompts, short answers: ~230 tokens held
         p.observe(_answer(150, 160), float(i))
-    ctx = p.context.bucket()
+    ctx = p.estimator.context.bucket()
     assert ctx < 300
-    short = p.steps.step_ms(64, 1)
+    short = p.estimator.steps.step_ms(64, 1)
     assert short == pytest.approx(profile.step_ms(64, 1, ctx))
     assert short < profile.step_ms(64, 1, 1024)  # less KV to read per step
-    assert p.snapshot()["context_tokens"] == round(p.context.mean())
+    assert p.snapshot()["context_tokens"] == round(p.estimator.context.mean())
 
 
 def test_a_given_step_model_is_kept() -> None:
     table = TableStepModel()
     p = AdaptivePolicy(RoutingConfig(policy="adaptive"), steps=table)
     p.observe(_answer(150, 160), 0.0)
-    assert p.steps is table
+    assert p.estimator.steps is table

@@ -4,12 +4,13 @@ pair's load is only assumed is run there once, bounded in time and rate."""
 from __future__ import annotations
 
 from gateway.routing.adaptive import AdaptivePolicy
-from gateway.routing.adaptive.explore import RETRY_S, SPEC_MAX_S, Explorer
+from gateway.routing.adaptive.explore import ExploreKnobs, Explorer
 from gateway.routing.adaptive.stepscale import StepScales
 from gateway.routing.config import RoutingConfig
 from gateway.routing.types import Decision, ModelView, Reason, RequestFeatures, Route
 from tests.routing.conftest import CHAT_HOT, SUMMARY, engine, view, with_
 
+RETRY_S, SPEC_MAX_S = ExploreKnobs().retry_s, ExploreKnobs().spec_max_s
 SPEC, BASE = engine(Route.SPEC), engine(Route.BASE)
 EDIT_WARM = RequestFeatures("m", temperature=0.7, overlap=0.85, kind="edit")
 MODERATE = (EDIT_WARM, SUMMARY)  # accepts enough that step times decide
@@ -114,11 +115,13 @@ def _closed_loop(
     n = int(load) - 1
     for i in range(seconds):
         if running is Route.SPEC:
-            ms = p.steps.step_ms(load, p._q_mix()) + p.steps.spec_extra_ms("ngram", p.k, load)
+            ms = p.estimator.steps.step_ms(load, p.estimator.q_mix()) + p.estimator.steps.spec_extra_ms(
+                "ngram", p.estimator.k, load
+            )
             step_s = factors[Route.SPEC] * ms / 1000 + i * 1e-9
             mv = view(with_(SPEC, inflight=n, step_s=step_s), with_(BASE, inflight=0))
         else:
-            step_s = factors[Route.BASE] * p.steps.step_ms(load, 1.0) / 1000 + i * 1e-9
+            step_s = factors[Route.BASE] * p.estimator.steps.step_ms(load, 1.0) / 1000 + i * 1e-9
             mv = view(with_(SPEC, inflight=0), with_(BASE, inflight=n, step_s=step_s))
         for j in range(10):
             out.append(p.decide(traffic[j % len(traffic)], mv, t0 + i + j / 10))
@@ -158,8 +161,8 @@ def _ending_an_exploration(traffic: tuple[RequestFeatures, ...]) -> tuple[Adapti
     next request ends it."""
     busy = view(with_(SPEC, inflight=8), with_(BASE, inflight=0))
     p, t = _settled(traffic, busy)
-    p.mode.follow(True)  # the exploration's regime
-    p.explorer.spec_on, p.explorer.spec_until = True, t - 1.0
+    p.controller.mode.follow(True)  # the exploration's regime
+    p.controller.explorer.spec_on, p.controller.explorer.spec_until = True, t - 1.0
     return p, p.decide(traffic[0], busy, t)
 
 
@@ -168,17 +171,17 @@ def test_an_exploration_measures_and_goes_back_to_plain_unless_spec_pays_beyond_
     would then hold whichever regime ran: a 120-s stationary run at 32 QPS stayed on the
     explored spec engine, 8 % slower): it ends on plain unless spec now pays."""
     p, d = _ending_an_exploration((CHAT_HOT, SUMMARY))  # spec does not pay
-    assert d.route is Route.BASE and not p.mode.speculating
+    assert d.route is Route.BASE and not p.controller.mode.speculating
     assert d.move_from is Route.SPEC  # the explored engine's streams come back
     p, d = _ending_an_exploration((EDIT_WARM,))  # spec pays beyond the band: kept
-    assert d.route is Route.SPEC and p.mode.speculating
+    assert d.route is Route.SPEC and p.controller.mode.speculating
 
 
 def test_a_spec_engine_dearer_than_the_profile_where_it_ran_is_not_explored_at_the_peak() -> None:
     p, t = _pair_in_fallback_at_peak(MODERATE)
     decisions = _closed_loop(p, MODERATE, {Route.SPEC: 1.6, Route.BASE: 1.0}, 64.0, t, 60)
     assert _explorations(decisions) == 0
-    assert not p.mode.speculating and decisions[-1].route is Route.BASE
+    assert not p.controller.mode.speculating and decisions[-1].route is Route.BASE
 
 
 def test_traffic_that_could_not_pay_for_speculation_never_explores_spec() -> None:
@@ -206,10 +209,10 @@ def _ending_a_plain_exploration(traffic: tuple[RequestFeatures, ...]) -> tuple[A
     the next request ends it."""
     busy = view(with_(SPEC, inflight=0), with_(BASE, inflight=8))
     p, t = _settled(traffic, busy)
-    p.mode.follow(False)  # the exploration's regime
-    p.explorer.plain_on, p.explorer.plain_until = True, t + 10.0
-    p.live.scales.observe(True, 9.0, 1.3, t)
-    p.live.scales.observe(False, 9.0, 1.3, t)  # plain measured
+    p.controller.mode.follow(False)  # the exploration's regime
+    p.controller.explorer.plain_on, p.controller.explorer.plain_until = True, t + 10.0
+    p.estimator.live.scales.observe(True, 9.0, 1.3, t)
+    p.estimator.live.scales.observe(False, 9.0, 1.3, t)  # plain measured
     return p, p.decide(traffic[0], busy, t)
 
 
@@ -218,7 +221,7 @@ def test_a_plain_exploration_measures_and_goes_back_to_spec_unless_plain_pays_be
     exploration left behind held a pair on plain for 20-30 s at light load where spec was
     20 % faster. It ends on spec unless plain now pays beyond the band."""
     p, d = _ending_a_plain_exploration((EDIT_WARM,))  # spec pays
-    assert d.route is Route.SPEC and p.mode.speculating
-    assert not p.explorer.plain_ended
+    assert d.route is Route.SPEC and p.controller.mode.speculating
+    assert not p.controller.explorer.plain_ended
     p, d = _ending_a_plain_exploration((CHAT_HOT, SUMMARY))  # spec does not pay: plain kept
-    assert d.route is Route.BASE and not p.mode.speculating
+    assert d.route is Route.BASE and not p.controller.mode.speculating

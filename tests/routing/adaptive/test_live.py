@@ -55,9 +55,9 @@ def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:
     saturated = view(base=with_(BASE, inflight=1500, running=256.0, waiting=1244.0))
     p.decide(EDIT, saturated, 0.0)
     d = p.decide(EDIT, saturated, 0.1)
-    costs = p._last_costs
+    costs = p.estimator.last_costs
     assert costs is not None
-    assert costs.base_ms == p.steps.step_ms(256.0, 1.0) * p.live.scale_base
+    assert costs.base_ms == p.estimator.steps.step_ms(256.0, 1.0) * p.estimator.live.scale_base
     assert d.route is Route.SPEC  # copy-heavy T=0 edits still pay on spec at the cap
     # open chat goes to the queueing plain engine (spec idle); the prediction that goes back
     # with it, for the measured time per token to be held against, is the full batch's: its
@@ -65,9 +65,12 @@ def test_a_saturated_pair_is_priced_at_the_cap_not_at_its_queue() -> None:
     chats = AdaptivePolicy(RoutingConfig(policy="adaptive"))
     chats.decide(CHAT_HOT, saturated, 0.0)
     chat = chats.decide(CHAT_HOT, saturated, 0.1)
-    assert chat.route is Route.BASE and chats._last_costs is not None
-    assert chat.predicted_tpot_s == pytest.approx(chats._last_costs.base_ms / 1000.0)
-    assert chats._last_costs.base_ms >= chats.steps.step_ms(256.0, 1.0) * chats.live.scale_base
+    assert chat.route is Route.BASE and chats.estimator.last_costs is not None
+    assert chat.predicted_tpot_s == pytest.approx(chats.estimator.last_costs.base_ms / 1000.0)
+    assert (
+        chats.estimator.last_costs.base_ms
+        >= chats.estimator.steps.step_ms(256.0, 1.0) * chats.estimator.live.scale_base
+    )
 
 
 def _fit_base(preemptions_per_s: float | None, context_tokens: float) -> float:

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from gateway.config.discovery import DiscoveryConfig
-from gateway.fleet.sources import Declare, Endpoint, stamp
+from gateway.fleet.found import Declare, Endpoint, stamp
 
 log = logging.getLogger(__name__)
 

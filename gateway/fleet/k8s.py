@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.discovery import DiscoveryConfig, EngineTemplate
-from gateway.fleet.sources import Declare, Endpoint, stamp
+from gateway.fleet.found import Declare, Endpoint, stamp
 
 log = logging.getLogger(__name__)
 

@@ -15,29 +15,17 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import ValidationError
 
 from gateway.config.discovery import DiscoveryConfig, EngineTemplate, host_of
 from gateway.config.models import EngineConfig, PairConfig
+from gateway.fleet.found import Declare, Endpoint
 from gateway.fleet.registry import FleetRegistry
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One pair pod a source found: its address, its pod's name when known, and the ports
-    the source read for the roles (None: the template's ``port``)."""
-
-    address: str
-    pod: str | None = None
-    spec_port: int | None = None
-    base_port: int | None = None
 
 
 def family_ok(address: str, family: str) -> bool:
@@ -72,10 +60,6 @@ def discovered_pair(model: str, d: DiscoveryConfig, ep: Endpoint) -> PairConfig:
     base = _engine(d.base, f"{key}-base", host, ep.base_port or d.base.port)
     device = ep.pod if ep.pod and d.device_from_pod else key
     return PairConfig(name=key, device=device, spec=spec, base=base)
-
-
-class Declare(Protocol):
-    def __call__(self, endpoints: list[Endpoint]) -> None: ...
 
 
 class Source(Protocol):
@@ -186,7 +170,3 @@ def _builtin(kind: str, kw: Mapping[str, object]) -> SourceFactory:
     from gateway.fleet.k8s import KubernetesSource
 
     return KubernetesSource
-
-
-def stamp() -> float:
-    return round(time.time(), 3)

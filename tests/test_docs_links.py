@@ -70,7 +70,7 @@ def test_the_check_catches_a_broken_link(tmp_path: Path) -> None:
     page = tmp_path / "docs" / "page.md"
     page.write_text(
         "[ok](../README.md#a-section) [gone](nowhere.md) [bad](../README.md#no-such-heading) "
-        "[self](#title) `[code](x.md)` [web](https://example.com/x.md) [pending](runbooks.md)\n\n# Title\n",
+        "[self](#title) `[code](x.md)` [web](https://example.com/x.md) \n\n# Title\n",
         encoding="utf-8",
     )
     assert _broken(page, root=tmp_path) == [

@@ -108,6 +108,9 @@ class Container:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(
+    1000
+)  # its fixture builds the image (and the base, from Debian packages, when missing): up to 900 s
 def test_image_builds_and_routes_requests(image: dict[str, object], tmp_path: Path) -> None:
     docker = image["Docker"]
     assert isinstance(docker, dict)

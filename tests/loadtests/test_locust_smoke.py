@@ -14,6 +14,22 @@ LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "locustfile.py"
 RUN_S = 15
 
 
+def _headless(url: str, run_s: float) -> list[str]:
+    """The headless Locust command line against ``url`` for ``run_s`` seconds."""
+    locust = Path(sys.executable).with_name("locust")
+    return [
+        str(locust),
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "-H",
+        url,
+        "-t",
+        f"{run_s:g}s",
+    ]
+
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
@@ -24,17 +40,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 async def test_headless_locust_run_has_no_failures_and_token_metrics(
     gateway_url: str, tmp_path: Path
 ) -> None:
-    locust = Path(sys.executable).with_name("locust")
     args = [
-        str(locust),
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
-        "--only-summary",
-        "-H",
-        gateway_url,
-        "-t",
-        f"{RUN_S}s",
+        *_headless(gateway_url, RUN_S),
         "--qps",
         "3",  # and the default --pool auto
         "--mix",
@@ -112,18 +119,7 @@ async def test_a_trace_is_replayed_at_its_times(gateway_url: str, tmp_path: Path
         for i in range(6)
     ]  # fmt: skip
     trace.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    locust = Path(sys.executable).with_name("locust")
-    base = [
-        str(locust),
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
-        "--only-summary",
-        "-H",
-        gateway_url,
-        "-t",
-        "20s",
-    ]
+    base = _headless(gateway_url, 20)
     args = [*base, "--trace", str(trace), "--specgate-requests-csv", str(tmp_path / "requests.csv")]
     proc = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path

@@ -17,9 +17,10 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from urllib.parse import quote
 
+from gateway.envoy.h2guard import Limits, MemoryPool
 from gateway.envoy.h2wire import (
     _RESPONSE_HEADERS,
     _U32,
@@ -37,10 +38,29 @@ from gateway.envoy.h2wire import (
 )
 from gateway.envoy.hpack_cache import literal
 
-if TYPE_CHECKING:
-    from gateway.envoy.h2 import H2Connection
-
 log = logging.getLogger("gateway.envoy.h2")
+
+
+class Connection(Protocol):
+    """What a stream needs of its connection (``H2Connection`` in ``h2.py`` is the one):
+    its limits and memory accounts, flow-control windows, and the output path. A protocol
+    here keeps the stream module below the connection in the import graph."""
+
+    limits: Limits
+    pool: MemoryPool
+    mem: int
+    peer_initial_window: int
+    peer_max_frame: int
+
+    def write(self, data: bytes) -> None: ...
+    def write_data(self, sid: int, payload: bytes, flags: int) -> None: ...
+    def try_reserve(self, stream: Stream, n: int) -> bool: ...
+    def reserve_some(self, stream: Stream, n: int) -> int: ...
+    def blocked(self, stream: Stream) -> None: ...
+    def unblocked(self, stream: Stream) -> None: ...
+    def forget(self, stream: Stream) -> None: ...
+    def stream_done(self, stream: Stream) -> None: ...
+    def overdrawn(self) -> None: ...
 
 
 class StreamHandler(Protocol):
@@ -100,7 +120,7 @@ class Stream:
         "send_window",
     )
 
-    def __init__(self, conn: H2Connection, stream_id: int, headers: tuple[tuple[str, str], ...]) -> None:
+    def __init__(self, conn: Connection, stream_id: int, headers: tuple[tuple[str, str], ...]) -> None:
         self.conn = conn
         self.id = stream_id
         self.headers = headers

@@ -112,10 +112,10 @@ class H2Receiver(H2Sender):
             s.reset(FLOW_CONTROL_ERROR)
             return
         s.recv_window -= size
-        kept = len(s._buf)
+        kept = s.held()
         if payload:
             s.feed(payload, self.max_message)
-        grown = len(s._buf) - kept  # kept as part of a message still in parts
+        grown = s.held() - kept  # kept as part of a message still in parts
         done = size - grown
         self.consumed(done)
         if flags & END_STREAM:

@@ -40,6 +40,10 @@ from gateway.envoy.hpack_cache import literal
 
 log = logging.getLogger("gateway.envoy.h2")
 
+# What one kept part of a message costs beyond its bytes: the bytes object's header, the
+# allocator's rounding and the list's slot (CPython, 64-bit).
+_PART_OVERHEAD = 64
+
 
 class Connection(Protocol):
     """What a stream needs of its connection (``H2Connection`` in ``h2.py`` is the one):
@@ -102,9 +106,10 @@ def _lookup(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
 
 class Stream:
     __slots__ = (
-        "_buf",
-        "_buf_mem",
         "_headers_sent",
+        "_held",
+        "_parts",
+        "_parts_mem",
         "_pending",
         "conn",
         "finished",
@@ -128,14 +133,17 @@ class Stream:
         self.handler: StreamHandler | None = None
         self.send_window = conn.peer_initial_window
         self._pending: list[tuple[bytes, int]] = []  # DATA payloads (and flags) waiting for window
-        self._buf = bytearray()
+        # A message that came in parts: the DATA payloads as they came (no regrowing buffer,
+        # whose spare capacity and copies the memory bounds would not see), joined once whole.
+        self._parts: list[bytes] = []
+        self._held = 0  # payload bytes in _parts
         self._headers_sent = False
         self.finished = False
         self.remote_closed = False
         self.recv_unacked = 0
         self.recv_window = conn.limits.stream_window  # what the peer may still send us
         self.mem = 0  # bytes charged (partial message, held by the handler, queued output)
-        self._buf_mem = 0  # of which the partial message
+        self._parts_mem = 0  # of which the partial message (its bytes and each part's overhead)
         self.last_activity = time.monotonic()
 
     def header(self, name: str) -> str | None:
@@ -170,8 +178,8 @@ class Stream:
 
     def release(self) -> None:
         """Free everything the stream holds (it is gone: finished, reset or disconnected)."""
-        self._buf = bytearray()
-        self._buf_mem = 0
+        self._drop_parts()
+        self._parts_mem = 0
         if self._pending:
             self._pending.clear()
             self.conn.unblocked(self)
@@ -221,7 +229,7 @@ class Stream:
         if not self._headers_sent:
             self._headers_sent = True
             block = _RESPONSE_HEADERS + block
-        self._buf = bytearray()  # a partial message will never be read now
+        self._drop_parts()  # a partial message will never be read now
         if self._pending:  # trailers go after the queued data
             self._pending.append((block, -1))
         else:
@@ -271,18 +279,21 @@ class Stream:
         if self.finished:  # ended on our side (its trailers may wait for window): drop, keep nothing
             self._account()
             return
-        buf = self._buf
-        if buf:  # a message came in parts: kept until it is whole
-            buf += data
+        parts = self._parts
+        if parts:  # a message came in parts: kept until it is whole
+            parts.append(data)
+            self._held += len(data)
+            head = self._head()
             if (
-                len(buf) < 5
-                or not self._sound(buf, 0, max_message)
-                or len(buf) < 5 + _U32.unpack_from(buf, 1)[0]
+                len(head) < 5
+                or not self._sound(head, 0, max_message)
+                or self._held < 5 + _U32.unpack_from(head, 1)[0]
             ):
                 self._account()
                 return
-            data = bytes(buf)
-            buf.clear()
+            data = b"".join(parts)
+            self._drop_parts()
+            parts = self._parts
         # Messages are sliced straight from the DATA payload (one copy each).
         pos, n = 0, len(data)
         while n - pos >= 5 and not self.finished:
@@ -301,28 +312,43 @@ class Stream:
                     log.exception("EPP: a stream's handler failed")
                     self.abort(GRPC_INTERNAL, "internal error")
         if pos < n and not self.finished:
-            buf += memoryview(data)[pos:]
+            parts.append(data[pos:] if pos else data)
+            self._held = n - pos
         self._account()
 
+    def held(self) -> int:
+        """Payload bytes kept of a message still in parts."""
+        return self._held
+
+    def _head(self) -> bytes:
+        """The first (up to) 5 bytes of the message in parts: its gRPC prefix."""
+        parts = self._parts
+        return parts[0][:5] if len(parts[0]) >= 5 else b"".join(parts[:5])[:5]
+
+    def _drop_parts(self) -> None:
+        self._parts = []
+        self._held = 0
+
     def _account(self) -> None:
-        """Charge (or free) the growth of the partial message; over a bound, the stream ends."""
-        grown = len(self._buf) - self._buf_mem
+        """Charge (or free) the growth of the partial message; over a bound, the stream ends.
+        Each part costs its bytes and the object that holds them (a peer sending 1-byte
+        frames pays for what they really take)."""
+        grown = self._held + _PART_OVERHEAD * len(self._parts) - self._parts_mem
         if grown > 0 and not self.charge(grown):
             self.abort(GRPC_RESOURCE_EXHAUSTED, "over the EPP's memory bound")
-            self._buf = bytearray()
-            grown = -self._buf_mem
+            self._drop_parts()
+            grown = -self._parts_mem
             self.conn.overdrawn()
         elif grown < 0:
             self.uncharge(-grown)
-        self._buf_mem += grown
+        self._parts_mem += grown
 
     def awaited(self) -> int:
         """Bytes still to come of the message in progress (0: none in progress)."""
-        buf = self._buf
-        if len(buf) < 5 or self.finished:
+        if self._held < 5 or self.finished:
             return 0
-        (length,) = _U32.unpack_from(buf, 1)
-        return max(0, 5 + int(length) - len(buf))
+        (length,) = _U32.unpack_from(self._head(), 1)
+        return max(0, 5 + int(length) - self._held)
 
     def _sound(self, buf: bytes | bytearray, pos: int, max_message: int) -> bool:
         """Whether the message whose 5-byte gRPC prefix is at ``pos`` can be taken (else the

@@ -27,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.envoy import health
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2guard import Limits, Turn
+from gateway.envoy.h2stream import _PART_OVERHEAD as PART_OVERHEAD
 from gateway.envoy.h2stream import Stream, StreamHandler
 from gateway.envoy.h2wire import (
     ACK,
@@ -848,7 +849,7 @@ async def test_raw_receive_window_is_granted_again_as_messages_are_consumed() ->
     assert peer.frames() == [Frame(WINDOW_UPDATE, 0, 1, u32(310))]
     peer.send(frame(DATA, 0, 1, grpc_message(b"z" * 300)[:300]))  # all but the last 5 bytes
     assert peer.frames() == []  # kept, not consumed: no window for it
-    assert peer.conn.mem == 300
+    assert peer.conn.mem == 300 + PART_OVERHEAD  # its bytes and the one part holding them
     peer.send(frame(DATA, 0, 1, grpc_message(b"z" * 300)[300:]))
     assert peer.frames() == [Frame(WINDOW_UPDATE, 0, 1, u32(305))]
     assert peer.conn.mem == 0
@@ -1168,6 +1169,26 @@ async def test_raw_message_over_max_message_in_parts_ends_the_stream_at_its_pref
     rec = peer.svc.recorders[1]
     assert rec.messages == [] and rec.resets == 1
     assert peer.decode(peer.frames()[0])["grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED)
+
+
+async def test_raw_message_in_tiny_parts_pays_for_each_part() -> None:
+    """A message sent one byte per DATA frame is charged what its parts really hold (each
+    part's object, not only its byte), so the stream's bound ends it long before its bytes
+    alone would reach the bound; and what it held is given back."""
+    bound = 1 << 16
+    peer = Peer(max_message=bound, limits=Limits(stream_memory=bound, stream_window=bound))
+    peer.start()
+    message = grpc_message(b"x" * 4000)
+    peer.send(peer.open(1))
+    for i in range(len(message)):
+        peer.send(frame(DATA, 0, 1, message[i : i + 1]))
+        if peer.svc.recorders[1].resets:
+            break
+    rec = peer.svc.recorders[1]
+    assert rec.messages == [] and rec.resets == 1
+    assert i + 1 <= bound // (1 + PART_OVERHEAD) + 1  # ended after ~1000 one-byte parts, not 65,536
+    assert peer.decode(peer.frames()[0])["grpc-status"] == str(GRPC_RESOURCE_EXHAUSTED)
+    assert peer.conn.mem == 0
 
 
 async def test_raw_compressed_message_is_unimplemented() -> None:

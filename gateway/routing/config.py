@@ -35,7 +35,9 @@ class RoutingConfig(BaseModel):
 
     # --- adaptive policy knobs -------------------------------------------------------
     profile: str = Field(
-        "h200-qwen3-8b", description="calibration profile of step times T(batch, q) used as the prior"
+        "h200-qwen3-8b",
+        description="calibration profile of step times T(batch, q) used as the prior: a shipped profile's "
+        "name, or the path of a profile fitted on your GPU and model by `specgate profile-fit` (*.json)",
     )
     context_tokens: int = Field(1024, ge=1, le=1_000_000, description="context length the profile is read at")
     margin: float = Field(

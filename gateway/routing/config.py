@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.physics import load_fitted
 from gateway.routing.names import PolicyName
 
 
@@ -32,6 +33,18 @@ class RoutingConfig(BaseModel):
         if self.override_keys and not self.allow_client_override:
             raise ValueError("override_keys is set but allow_client_override is off")
         return self
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_file_loads(cls, v: str) -> str:
+        """A fitted profile's file is read at start: a missing or foreign file fails here,
+        not as a silent fall-back to the built-in table."""
+        if v.endswith(".json"):
+            try:
+                load_fitted(v)
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                raise ValueError(f"profile file {v!r}: {exc}") from exc
+        return v
 
     # --- adaptive policy knobs -------------------------------------------------------
     profile: str = Field(

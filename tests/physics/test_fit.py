@@ -121,3 +121,15 @@ def test_a_file_that_is_not_a_fitted_profile_is_refused(tmp_path: Path) -> None:
     path.write_text('{"name": "x"}', encoding="utf-8")
     with pytest.raises(ValueError, match="not a fitted step-time profile"):
         load_fitted(path)
+
+
+def test_the_routing_config_takes_a_fitted_profile_file_and_refuses_a_missing_one(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from gateway.routing.config import RoutingConfig
+
+    path = tmp_path / "gpu.json"
+    path.write_text(fit_windows(_synthetic()).to_json(), encoding="utf-8")
+    assert RoutingConfig(profile=str(path)).profile == str(path)
+    with pytest.raises(ValidationError, match="profile file"):
+        RoutingConfig(profile=str(tmp_path / "missing.json"))

@@ -5,9 +5,10 @@ write the TTFT, ITL and TPOT distributions and the failure count.
 
 It starts ``--pairs`` emulated engine pairs (one ``specgate emulate --pair`` process each,
 each pair on its own emulated H200, so that the emulator's CPU spreads over cores and its
-engines are not what limits the rate), one gateway (``specgate serve``) with one model on
-all of those pairs, then Locust headless (``loadtests/locustfile.py``, ``--processes``
-worker processes) at ``--qps`` Poisson arrivals of short streamed chat answers
+engines are not what limits the rate), ``--gateways`` gateway replicas (``specgate serve``,
+each alone: no peer channel) with one model on all of those pairs, then Locust headless
+(``loadtests/locustfile.py``, ``--processes`` worker processes, its users split over the
+replicas) at ``--qps`` Poisson arrivals of short streamed chat answers
 (``--max-tokens-cap``). Outputs in ``--out``: ``summary.json`` and ``summary.md`` (the
 rate reached, failures, and per distribution count, mean, p50, p90, p95, p99, max in
 ms), Locust's CSVs (``locust_stats.csv``, ...), ``locust.json``, one row per request
@@ -16,7 +17,9 @@ rate reached at least ``--min-rate-share`` of the target.
 
 The rate one host can drive depends on its cores: the emulator, the gateway and Locust
 share them. ``--pairs auto`` and ``--processes auto`` take a quarter of the cores each
-(at least one, at most four). See loadtests/README.md for the rates measured.
+(at least one, at most four), ``--gateways auto`` one replica per 8 cores: one gateway
+process took about 9 ms of CPU per streamed 32-token answer here (one event loop, one
+core: ~110 req/s). See loadtests/README.md for the rates measured.
 """
 
 from __future__ import annotations
@@ -30,20 +33,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.bench.procs import Proc, emulated_pair_model, free_port  # noqa: E402
+from gateway.bench.procs import Proc, child_pids, emulated_pair_model, free_port, process_cpu_s  # noqa: E402
 
 LOCUSTFILE = ROOT / "loadtests" / "locustfile.py"
 METRICS = ("TTFT", "ITL", "TPOT")
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
 
-def _auto(value: str, cores: int) -> int:
-    return max(1, min(4, cores // 4)) if value == "auto" else max(1, int(value))
+def _auto(value: str, cores: int, per: int = 4) -> int:
+    """``auto``: one per ``per`` cores, at least one, at most four; else the number given."""
+    return max(1, min(4, cores // per)) if value == "auto" else max(1, int(value))
 
 
 def gateway_config(port: int, pairs: list[tuple[int, int]]) -> dict[str, Any]:
@@ -120,9 +125,12 @@ def markdown(s: Mapping[str, Any]) -> str:
         f"targeted, {s['requests']} requests in {s['duration_s']:g} s, {s['failures']} failed",
         "",
         f"Host: {s.get('cores', '?')} cores; {s.get('pairs', '?')} emulated pairs, "
+        f"{s.get('gateways', '?')} gateway replicas (requests each: {s.get('requests_by_gateway', '?')}), "
         f"{s.get('locust_processes', '?')} Locust processes, answers of at most "
         f"{s.get('max_tokens_cap', '?')} tokens. Times in ms (Locust's histogram: 1 ms "
         "resolution below 100 ms, 10 ms below 1 s).",
+        "",
+        f"Cores busy during the load: {s.get('cpu_cores_busy', '?')}.",
         "",
         "| metric | count | mean | p50 | p90 | p95 | p99 | max |",
         "|---|---|---|---|---|---|---|---|",
@@ -137,24 +145,55 @@ def markdown(s: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+async def gateway_requests(url: str) -> int:
+    """Requests a gateway replica answered (its ``specgate_requests_total``)."""
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
+        text = await r.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("specgate_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds of a process and every process it started."""
+    if pid is None:
+        return 0.0
+    return sum(process_cpu_s(p) or 0.0 for p in [pid, *child_pids(pid, recursive=True)])
+
+
 async def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
     n_pairs, n_procs = _auto(args.pairs, cores), _auto(args.processes, cores)
+    n_gws = _auto(args.gateways, cores, per=8)
     pairs = [(free_port(), free_port()) for _ in range(n_pairs)]
-    gw_port = free_port()
-    cfg = out / "gateway.yaml"
-    cfg.write_text(yaml.safe_dump(gateway_config(gw_port, pairs)), encoding="utf-8")
+    # the children run this checkout's gateway, whatever the environment has installed
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    gw_ports = [free_port() for _ in range(n_gws)]
+    for i, port in enumerate(gw_ports):
+        cfg = out / f"gateway{i}.yaml"
+        cfg.write_text(yaml.safe_dump(gateway_config(port, pairs)), encoding="utf-8")
     emus = [
         Proc(
             f"emulator{i}",
             ["emulate", "--pair", "--spec-port", str(sp), "--base-port", str(bp), "--device", f"gpu{i}"],
             str(out / f"emulator{i}.log"),
+            env,
         )
         for i, (sp, bp) in enumerate(pairs)
     ]
-    gw = Proc("gateway", ["serve", "--config", str(cfg), "--log-level", "WARNING"], str(out / "gateway.log"))
+    gws = [
+        Proc(
+            f"gateway{i}",
+            ["serve", "--config", str(out / f"gateway{i}.yaml"), "--log-level", "WARNING"],
+            str(out / f"gateway{i}.log"),
+            env,
+        )
+        for i in range(n_gws)
+    ]
+    gw_urls = [f"http://127.0.0.1:{port}" for port in gw_ports]
     locust = Path(sys.executable).with_name("locust")
     cmd = [
         str(locust),
@@ -163,7 +202,7 @@ async def run(args: argparse.Namespace) -> int:
         "--headless",
         "--only-summary",
         "-H",
-        f"http://127.0.0.1:{gw_port}",
+        ",".join(gw_urls),  # each Locust user keeps one replica
         "-t",
         f"{args.duration:g}s",
         "--qps",
@@ -188,19 +227,46 @@ async def run(args: argparse.Namespace) -> int:
             await emu.start()
             await emu.wait_ready(f"http://127.0.0.1:{sp}/health")
             await emu.wait_ready(f"http://127.0.0.1:{bp}/health")
-        started.append(gw)
-        await gw.start()
-        await gw.wait_ready(f"http://127.0.0.1:{gw_port}/ready")
-        with open(out / "locust.log", "wb") as log:
-            proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=asyncio.subprocess.STDOUT)
-            rc = await asyncio.wait_for(proc.wait(), args.duration + 120)
+        for gw, url in zip(gws, gw_urls, strict=True):
+            started.append(gw)
+            await gw.start()
+            await gw.wait_ready(f"{url}/ready")
+        procs = {"emulators": [e.proc for e in emus], "gateways": [gw.proc for gw in gws]}
+        before = {k: sum(cpu_s(p.pid if p else None) for p in v) for k, v in procs.items()}
+        log = os.open(out / "locust.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, stdout=log, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env}
+            )
+        finally:
+            os.close(log)
+        # CPU of Locust's processes, read while they live (its workers exit with it)
+        locust_cpu = 0.0
+        while True:
+            try:
+                rc = await asyncio.wait_for(proc.wait(), 1.0)
+                break
+            except TimeoutError:
+                locust_cpu = max(locust_cpu, cpu_s(proc.pid))
+        cpu = {k: sum(cpu_s(p.pid if p else None) for p in v) - before[k] for k, v in procs.items()}
+        cpu["locust"] = locust_cpu
+        served = [await gateway_requests(url) for url in gw_urls]
     finally:
         for p in reversed(started):
             await p.stop()
     entries = json.loads((out / "locust.json").read_text(encoding="utf-8"))
     s = summarise(entries, args.duration, args.qps)
-    s |= {"cores": cores, "pairs": n_pairs, "locust_processes": n_procs, "max_tokens_cap": args.max_tokens_cap}
+    s |= {
+        "cores": cores,
+        "pairs": n_pairs,
+        "gateways": n_gws,
+        "requests_by_gateway": served,
+        "locust_processes": n_procs,
+        "max_tokens_cap": args.max_tokens_cap,
+    }
     s["locust_exit"] = rc
+    # CPU seconds a second of load, per part: which one a larger host needs more cores for
+    s["cpu_cores_busy"] = {k: round(v / args.duration, 2) for k, v in cpu.items()}
     (out / "summary.json").write_text(json.dumps(s, indent=2) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(markdown(s), encoding="utf-8")
     print(markdown(s))
@@ -212,13 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--qps", type=float, default=200.0, help="target request rate (default %(default)s)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default %(default)s)")
-    p.add_argument("--pairs", default="auto", help="emulated pairs, one process each (default: cores / 4, 1-4)")
+    p.add_argument(
+        "--pairs", default="auto", help="emulated pairs, one process each (default: cores / 4, 1-4)"
+    )
+    p.add_argument(
+        "--gateways", default="auto", help="gateway replicas, each alone (default: cores / 8, 1-4)"
+    )
     p.add_argument("--processes", default="auto", help="Locust worker processes (default: cores / 4, 1-4)")
     p.add_argument("--mix", default="chat=1", help="request kinds (locustfile --mix; default %(default)s)")
     p.add_argument("--max-tokens-cap", type=int, default=32, help="longest answer (default %(default)s)")
     p.add_argument("--min-rate-share", type=float, default=0.95, help="rate reached / target to pass")
     p.add_argument("--out", default="out/loadtest", help="output directory (default %(default)s)")
-    return asyncio.run(run(p.parse_args(argv)))
+    args = p.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

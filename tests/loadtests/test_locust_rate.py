@@ -1,6 +1,7 @@
-"""``loadtests/locust_rate.py`` (``make loadtest``): a short run at a low rate through the
-gateway on an emulated pair writes the TTFT, ITL and TPOT distributions with no failure;
-and the distributions merge Locust's per-kind rows by their histograms."""
+"""``loadtests/locust_rate.py`` (``make loadtest``): a short run at a low rate through two
+gateway replicas on an emulated pair writes the TTFT, ITL and TPOT distributions with no
+failure, both replicas serving; and the distributions merge Locust's per-kind rows by
+their histograms."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ async def test_a_short_run_writes_the_distributions_with_no_failure(tmp_path: Pa
         "8",
         "--pairs",
         "1",
+        "--gateways",
+        "2",  # Locust's users split over the replicas (-H lists both)
         "--processes",
         "1",
         "--min-rate-share",
@@ -75,6 +78,8 @@ async def test_a_short_run_writes_the_distributions_with_no_failure(tmp_path: Pa
     assert proc.returncode == 0, log.decode(errors="replace")[-3000:]
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert s["failures"] == 0 and s["requests"] > 0
+    assert len(s["requests_by_gateway"]) == 2 and min(s["requests_by_gateway"]) > 0
+    assert sum(s["requests_by_gateway"]) == s["requests"]
     d = s["distributions_ms"]
     assert d["TTFT"]["count"] == s["requests"]  # one a request
     assert 0 < d["TPOT"]["count"] <= s["requests"]  # one a request of two tokens or more

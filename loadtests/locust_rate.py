@@ -274,7 +274,7 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--qps", type=float, default=200.0, help="target request rate (default %(default)s)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default %(default)s)")
@@ -289,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens-cap", type=int, default=32, help="longest answer (default %(default)s)")
     p.add_argument("--min-rate-share", type=float, default=0.95, help="rate reached / target to pass")
     p.add_argument("--out", default="out/loadtest", help="output directory (default %(default)s)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     return asyncio.run(run(args))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -47,6 +48,22 @@ def test_the_gateway_config_puts_every_pair_under_one_model(rate: ModuleType) ->
     assert [p["device"] for p in model["pairs"]] == ["gpu0", "gpu1"]
     assert [p["spec"]["url"] for p in model["pairs"]] == ["http://127.0.0.1:9101", "http://127.0.0.1:9201"]
     assert len({p["base"]["name"] for p in model["pairs"]}) == 2
+
+
+def test_the_commands_named_in_the_docs_use_its_options(rate: ModuleType) -> None:
+    root = SCRIPT.parents[1]
+    known = {o for a in rate.parser()._actions for o in a.option_strings}
+    text = (root / "loadtests" / "README.md").read_text(encoding="utf-8")
+    text += (root / "Makefile").read_text(encoding="utf-8") + (root / "README.md").read_text(encoding="utf-8")
+    commands = [
+        ln.split("locust_rate.py", 1)[1].split("#", 1)[0]
+        for ln in text.splitlines()
+        if "locust_rate.py --" in ln
+    ]
+    assert len(commands) >= 3
+    for cmd in commands:
+        used = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", cmd))
+        assert used and used <= known, (cmd, used - known)
 
 
 @pytest.mark.slow

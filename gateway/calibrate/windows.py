@@ -131,8 +131,8 @@ def pair_windows(
     """Windows of each engine while the other took no step, from scrapes of both taken
     together (``spec[i]`` and ``base[i]`` at about the same time), non-overlapping,
     each at least ``window_s`` long (a rejected start slides on by one scrape). A window
-    whose running-request gauge rose above ``max_load_spread`` x its mean (a change of
-    load inside it) is left out."""
+    whose running-request gauge moved more than ``max_load_spread`` x (a change of load
+    inside it; readings of 0, or a dip from 2 to 1, aside) is left out."""
     out: list[Window] = []
     n = min(len(spec), len(base))
     for mine, other, is_spec in ((spec, base, True), (base, spec, False)):
@@ -145,10 +145,11 @@ def pair_windows(
                 break
             run = [mine[x].get(RUNNING) for x in range(i, j + 1)]
             quiet = other[j].get(STEPS) == other[i].get(STEPS)
-            # the load held: no sample far above the window's mean (a ramp or a drain),
-            # though a gauge read between two requests of one slot may dip to 0
-            mean = sum(run) / len(run)
-            steady = mean > 0 and max(run) <= max_load_spread * max(1.0, mean)
+            # the load held: the gauge's readings within max_load_spread x of each other
+            # (not a ramp or a drain), though one read between two requests of a slot may
+            # dip by one, or to 0 (at most half of them)
+            busy = [r for r in run if r > 0]
+            steady = 2 * len(busy) > len(run) and max(busy) <= max_load_spread * max(2.0, min(busy))
             w = window_between(mine[i], mine[j], spec=is_spec, min_steps=min_steps)
             if w is not None and quiet and steady:
                 out.append(w)

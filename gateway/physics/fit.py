@@ -73,8 +73,11 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
 
 
 def _row(w: Window, knee: float) -> list[float]:
+    """The model's columns, as :class:`FittedProfile` prices a step: the knee on the tokens
+    verified, the prompt tokens prefilled at the compute-bound slope (both slopes)."""
     s = 1.0 if w.spec else 0.0
-    return [1.0, w.tokens, max(0.0, w.tokens - knee), w.batch * w.ctx / KV_UNIT, s, s * w.batch]
+    v, p = w.verify_tokens, w.prefill_tokens
+    return [1.0, v + p, max(0.0, v - knee) + p, w.batch * w.ctx / KV_UNIT, s, s * w.batch]
 
 
 def _lstsq(windows: Sequence[Window], knee: float, active: list[int]) -> list[float] | None:
@@ -153,8 +156,8 @@ def fit_windows(
     if not spec or _spread([w.batch for w in spec]) < MIN_SPREAD or _spread(qs) < MIN_Q_SPREAD:
         active.remove(5)
         dropped.append("spec_per_seq_ms")
-    tokens = sorted({round(w.tokens, 6) for w in ws})
-    knees = [0.0] + [t for t in tokens[1:-1] if sum(1 for w in ws if w.tokens > t) >= 2]
+    tokens = sorted({round(w.verify_tokens, 6) for w in ws})
+    knees = [0.0] + [t for t in tokens[1:-1] if sum(1 for w in ws if w.verify_tokens > t) >= 2]
     best: tuple[float, list[float], float] | None = None
     for knee in knees:
         cols = active if knee > 0 else [c for c in active if c != 2]

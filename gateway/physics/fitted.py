@@ -1,10 +1,11 @@
 """A step-time profile fitted to an engine pair's own metrics (``specgate profile-fit``).
 
 The fitted model of one step, for ``batch`` sequences verifying ``q`` tokens each
-(``N = batch x q`` tokens) at a mean context of ``ctx`` tokens::
+(``N = batch x q`` tokens) at a mean context of ``ctx`` tokens, prefilling ``P`` prompt
+tokens::
 
     T = base_ms + token_ms * N + knee_ms * max(0, N - knee_tokens)
-        + kv_ms * batch * ctx / 1000
+        + kv_ms * batch * ctx / 1000 + (token_ms + knee_ms) * P
 
 a memory-bound floor that grows slowly with the tokens of a step, a steeper slope past
 the knee where the step turns compute-bound, and each sequence's reads of its context

@@ -16,7 +16,7 @@ TRUE = FitParams(
     base_ms=6.0,
     token_ms=0.004,
     knee_ms=0.03,
-    knee_tokens=96.0,
+    knee_tokens=64.0,  # a knee at a window's own token count (the candidates searched)
     kv_ms=0.05,
     spec_host_overhead_ms=1.2,
     spec_per_seq_ms=0.02,
@@ -24,9 +24,10 @@ TRUE = FitParams(
 
 
 def _window(p: FitParams, spec: bool, batch: float, q: float, ctx: float, prefill: float = 0.0) -> Window:
-    # the model's step: N = batch x q + prefill tokens on the same token slopes
-    n = batch * q + prefill
+    # the model's step: the knee on the N = batch x q tokens verified, prefill at both slopes
+    n = batch * q
     t = p.base_ms + p.token_ms * n + p.knee_ms * max(0.0, n - p.knee_tokens) + p.kv_ms * batch * ctx / 1000
+    t += (p.token_ms + p.knee_ms) * prefill
     if spec:
         t += p.spec_extra_ms(batch)
     return Window(spec=spec, step_ms=t, batch=batch, verify_tokens=batch * q, prefill_tokens=prefill, ctx=ctx)
@@ -36,9 +37,9 @@ def _synthetic() -> list[Window]:
     ws = []
     for b in (1, 2, 4, 8, 16, 32, 64):
         for ctx in (500, 2000):
-            ws.append(_window(TRUE, False, b, 1.0, ctx, prefill=b * 0.5))
+            ws.append(_window(TRUE, False, b, 1.0, ctx, prefill=float(b)))
             for q in (2.0, 4.0):
-                ws.append(_window(TRUE, True, b, q, ctx, prefill=b * 0.5))
+                ws.append(_window(TRUE, True, b, q, ctx, prefill=float(b)))
     return ws
 
 
@@ -51,6 +52,11 @@ def test_fit_recovers_the_parameters_of_windows_its_model_generated() -> None:
     assert prof.report is not None
     assert prof.report.rms_rel_error < 1e-9
     assert prof.report.not_fitted == ()
+    # the profile prices each window's step as the fit's model did: decode, prefill, spec
+    for w in _synthetic():
+        got = prof.step_ms(w.batch, w.q, w.ctx) + prof.prefill_ms(round(w.prefill_tokens))
+        got += p.spec_extra_ms(w.batch) if w.spec else 0.0
+        assert got == pytest.approx(w.step_ms, rel=1e-6)
 
 
 def test_fit_of_the_h200_grid_scaled_reproduces_it_within_6_percent_up_to_batch_256() -> None:

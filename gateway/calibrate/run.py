@@ -4,7 +4,9 @@
 a run. With ``drive`` it also sends the traffic a fit needs: each engine *alone* (so the
 shared GPU runs one engine's steps only), at each concurrency of ``levels`` in turn,
 ``/v1/completions`` requests of ``max_tokens`` tokens with ``ignore_eos`` (vLLM's
-extension: every answer has the same length) that ask for an edit of pasted code.
+extension: every answer has the same length) that ask for an edit of pasted code; the
+workers' first answers are staggered in length so that the load holds instead of coming
+in waves.
 Without ``drive`` the run only watches traffic that something else sends (the fit then
 keeps the windows in which one engine ran alone).
 """
@@ -67,9 +69,18 @@ async def _served_model(session: aiohttp.ClientSession, url: str) -> str:
 
 
 async def _worker(
-    session: aiohttp.ClientSession, url: str, model: str, max_tokens: int, stop: asyncio.Event, out: Collected
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    max_tokens: int,
+    stop: asyncio.Event,
+    out: Collected,
+    first_tokens: int | None = None,
 ) -> None:
-    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+    """Requests back to back until ``stop``; the first of ``first_tokens`` tokens, so that
+    workers started together do not finish together (a load that comes in waves)."""
+    body = {"model": model, "prompt": PROMPT, "ignore_eos": True, "temperature": 0}
+    body["max_tokens"] = first_tokens or max_tokens
     while not stop.is_set():
         try:
             async with session.post(f"{url}/v1/completions", json=body) as resp:
@@ -77,6 +88,7 @@ async def _worker(
                 out.requests += 1
                 if resp.status != 200:
                     out.errors += 1
+            body["max_tokens"] = max_tokens
         except aiohttp.ClientError:
             out.errors += 1
             await asyncio.sleep(0.1)  # an engine that refuses: do not spin
@@ -126,8 +138,18 @@ async def collect(
                     for c in levels:
                         stop = asyncio.Event()
                         workers = [
-                            asyncio.create_task(_worker(session, url, name, max_tokens, stop, out))
-                            for _ in range(c)
+                            asyncio.create_task(
+                                _worker(
+                                    session,
+                                    url,
+                                    name,
+                                    max_tokens,
+                                    stop,
+                                    out,
+                                    max(1, max_tokens * (i + 1) // c),
+                                )
+                            )
+                            for i in range(c)
                         ]
                         await asyncio.sleep(dwell)
                         stop.set()

@@ -26,7 +26,7 @@ from gateway.physics import FittedProfile, get_profile, load_fitted
 from gateway.physics.fit import Window
 
 DEVICE_SCALE = 1.3
-TOLERANCE = 0.12  # a loaded host's emulator lags: 2.3 % worst when it keeps up
+TOLERANCE = 0.12  # 7 % worst when the host keeps up (docs/profile-fit.md), more when it lags
 MEASURED_TOLERANCE = 0.06
 TIME_SCALE = 1.0  # real time: a loaded 2-core host keeps up at 32 sequences (~36 s)
 

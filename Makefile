@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: demo test lint typecheck unit system-deps bench clean
+.PHONY: demo test lint typecheck unit system-deps bench loadtest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,12 @@ demo: $(RUNTIME_STAMP)
 ## bench: policy benchmark through real sockets (emulated pair + gateway per policy and QPS, ~10 min)
 bench: $(DEV_STAMP)
 	$(BIN)/specgate bench --out loadtests/results/bench --update-readme docs/routing-results.md
+
+## loadtest: Locust at QPS (200) req/s of short streamed answers through the gateway on emulated engines for DURATION (60) s; TTFT, ITL, TPOT distributions and failures in out/loadtest/summary.md
+QPS ?= 200
+DURATION ?= 60
+loadtest: $(DEV_STAMP)
+	$(BIN)/python loadtests/locust_rate.py --qps $(QPS) --duration $(DURATION) --out out/loadtest
 
 ## system-deps: Prometheus, nginx, Redis, buildah and mmdebstrap from Debian packages (real parts used by the tests)
 system-deps:

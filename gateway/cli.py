@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "gateway.advisor.cli",
         "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
     ),
+    "profile-fit": (
+        "gateway.calibrate.cli",
+        "fit the routing's step-time profile to an engine pair's own /metrics (a new GPU or model)",
+    ),
     "config-reference": (
         "gateway.config.cli_reference",
         "write the configuration reference (JSON Schema + Markdown) generated from the config models",

@@ -340,7 +340,9 @@ class ChatUser(User):
             self.headers["authorization"] = f"Bearer {o.api_key}"
         if o.route:
             self.headers[ROUTE_HEADER] = str(o.route)
-        url = URL(str(self.host).rstrip("/") + "/v1/chat/completions")
+        # -H may list several gateway replicas (comma-separated): each user keeps one of them
+        hosts = [h.strip() for h in str(self.host).split(",") if h.strip()]
+        url = URL(hosts[(uid + worker) % len(hosts)].rstrip("/") + "/v1/chat/completions")
         self.path = url.request_uri
         self.client = HTTPClient.from_url(
             url, concurrency=1, connection_timeout=10.0, network_timeout=self.timeout, block_size=65536

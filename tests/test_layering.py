@@ -66,6 +66,7 @@ LAYERS: dict[str, int] = {
     "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model
     "peers": 4,  # the optional channel between gateway replicas (beside the data path)
     "fleet": 4,  # pairs that join and leave: the live registry, config reloads, discovery sources
+    "calibrate": 4,  # profile-fit: the step-time profile fitted to an engine pair's /metrics
     # 5  the surface, and the benchmark that drives it through sockets.
     "api": 5,  # the surfaces (OpenAI HTTP; Envoy's ext_proc in api/epp): admit, decide, forward, learn
     "bench": 5,  # QPS sweeps and scenarios through real sockets (runs the gateway as processes)

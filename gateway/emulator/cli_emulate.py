@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from typing import Any
@@ -93,9 +94,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("emulation")
     e.add_argument(
         "--profile",
-        choices=PROFILE_NAMES,
+        type=_profile_arg,
         default="h200-qwen3-8b",
-        help="step-time profile (default %(default)s)",
+        help=f"step-time profile: {', '.join(PROFILE_NAMES)}, or a fitted profile's .json "
+        "(default %(default)s)",
     )
     e.add_argument(
         "--spec-cost-scale",
@@ -104,6 +106,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="what speculation adds to a step (verifying drafts, drafting) as a multiple of the "
         "profile's price: an engine whose truth differs from the profile the gateway assumes "
         "(default %(default)s)",
+    )
+    e.add_argument(
+        "--device-scale",
+        type=float,
+        default=1.0,
+        help="every step x this, both engines alike: another GPU than the profile's (default %(default)s)",
     )
     e.add_argument("--device", default="gpu0", help="device timeline name; engines on one device share it")
     e.add_argument(
@@ -126,6 +134,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     f.add_argument("--metrics-delay", type=float, default=0.0, help="seconds /metrics takes to answer")
     f.add_argument("--garbage-metrics", action="store_true", help="/metrics returns unparseable text")
     f.add_argument("--error-rate", type=float, default=0.0, help="share of requests answered with HTTP 500")
+
+
+def _profile_arg(value: str) -> str:
+    """A shipped profile's name, or an existing fitted profile file (``*.json``)."""
+    if value in PROFILE_NAMES or (value.endswith(".json") and os.path.isfile(value)):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r}: one of {', '.join(PROFILE_NAMES)}, or a fitted profile's .json"
+    )
 
 
 def _faults(args: argparse.Namespace) -> Faults:
@@ -167,6 +184,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
             per_request_metrics=args.per_request_spec_decode_metrics == "summary",
             num_gpu_blocks=args.num_gpu_blocks_override,
             spec_cost_scale=args.spec_cost_scale,
+            device_scale=args.device_scale,
             **_reasoning(args),
         )
         for ln in launches:
@@ -184,6 +202,7 @@ def build_launches(args: argparse.Namespace) -> tuple[list[EngineLaunch], float]
         seed=args.seed,
         num_gpu_blocks=args.num_gpu_blocks_override,
         spec_cost_scale=args.spec_cost_scale,
+        device_scale=args.device_scale,
         **_reasoning(args),
     )
     return [

@@ -126,6 +126,7 @@ def pair_launches(
     reasoning_parser: str | None = None,
     reasoning_field: str = "reasoning",
     reasoning_parser_mode: str = "prompt-aware",
+    device_scale: float = 1.0,
 ) -> list[EngineLaunch]:
     """A speculative and a plain engine of one model on one device timeline (a thinking
     model's with ``reasoning_parser``, see :class:`EngineConfig`)."""
@@ -139,6 +140,7 @@ def pair_launches(
         "profile": profile,
         "seed": seed,
         "num_gpu_blocks": num_gpu_blocks,
+        "device_scale": device_scale,
     }
     return [
         EngineLaunch(

@@ -304,8 +304,9 @@ def _measured(name: str) -> StepTimeProfile:
 
 
 @cache
-def get_profile(name: str) -> StepTimeProfile:
-    """A named profile (one of :data:`PROFILE_NAMES`), built once and cached."""
+def named_profile(name: str) -> StepTimeProfile:
+    """A named profile (one of :data:`PROFILE_NAMES`), built once and cached (a fitted
+    profile's file too: :func:`gateway.physics.get_profile`)."""
     if name == "h200-qwen3-8b":
         return _h200("qwen3-8b", name, 1.0)
     if name == "h200-qwen3-32b":
@@ -315,4 +316,6 @@ def get_profile(name: str) -> StepTimeProfile:
         return _measured(name)
     if name == "l4-qwen3-8b":
         return RooflineProfile(name, "qwen3-8b", QWEN3_8B, bandwidth_gbs=300, tflops=121, overhead_ms=2.0)
-    raise KeyError(f"unknown profile {name!r}; known: {', '.join(PROFILE_NAMES)}")
+    raise KeyError(
+        f"unknown profile {name!r}; known: {', '.join(PROFILE_NAMES)}, or a fitted profile's .json"
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.physics import load_fitted
 from gateway.routing.names import PolicyName
 
 
@@ -33,9 +34,23 @@ class RoutingConfig(BaseModel):
             raise ValueError("override_keys is set but allow_client_override is off")
         return self
 
+    @field_validator("profile")
+    @classmethod
+    def _profile_file_loads(cls, v: str) -> str:
+        """A fitted profile's file is read at start: a missing or foreign file fails here,
+        not as a silent fall-back to the built-in table."""
+        if v.endswith(".json"):
+            try:
+                load_fitted(v)
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                raise ValueError(f"profile file {v!r}: {exc}") from exc
+        return v
+
     # --- adaptive policy knobs -------------------------------------------------------
     profile: str = Field(
-        "h200-qwen3-8b", description="calibration profile of step times T(batch, q) used as the prior"
+        "h200-qwen3-8b",
+        description="calibration profile of step times T(batch, q) used as the prior: a shipped profile's "
+        "name, or the path of a profile fitted on your GPU and model by `specgate profile-fit` (*.json)",
     )
     context_tokens: int = Field(1024, ge=1, le=1_000_000, description="context length the profile is read at")
     margin: float = Field(

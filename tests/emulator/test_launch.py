@@ -157,3 +157,19 @@ def test_reasoning_settings_from_flags_and_yaml(tmp_path: Path) -> None:
     cfg.write_text("engines:\n  - {served_model_name: a, reasoning_parser: deepseek_r1}\n")
     with pytest.raises(ValueError, match="reasoning_parser"):
         load_config(str(cfg))
+
+
+def test_cli_profile_file_and_device_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.physics import FitParams, FittedProfile
+
+    path = tmp_path / "my-gpu.json"
+    path.write_text(
+        FittedProfile("my-gpu", "m", FitParams(base_ms=9.0, token_ms=0.02)).to_json(), encoding="utf-8"
+    )
+    pair, _ = build_launches(_args("--pair", "--profile", str(path), "--device-scale", "1.3"))
+    assert [(ln.config.profile, ln.config.device_scale) for ln in pair] == [(str(path), 1.3)] * 2
+    with pytest.raises(SystemExit):
+        _args("--profile", str(tmp_path / "missing.json"))
+    with pytest.raises(SystemExit):
+        _args("--profile", "no-such-gpu")
+    assert "fitted profile" in capsys.readouterr().err

@@ -52,6 +52,7 @@ class Connection(Protocol):
 
     limits: Limits
     pool: MemoryPool
+    peer_host: str  # the peer's address (which Envoy this is), "" where unknown
     mem: int
     peer_initial_window: int
     peer_max_frame: int

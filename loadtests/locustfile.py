@@ -234,9 +234,16 @@ def _clock(env: Environment, t0: float, due: Queue[tuple[float, dict[str, Any] |
     worker = runner.worker_index if isinstance(runner, WorkerRunner) else 0
     arrivals = PoissonPacer(_schedule(env), 1, random.Random(f"{_opts(env).seed}:{worker}:arrivals"))
     while True:
-        if isinstance(runner, WorkerRunner) and runner.target_user_count > 0:
-            # this worker's users are target_user_count of the whole pool
-            arrivals.pool = max(1.0, _pool(env) / runner.target_user_count)
+        if isinstance(runner, WorkerRunner):
+            # one worker's share of the stream: 1 / the workers the master counts (sent with
+            # each spawn message). Not this worker's users over the pool: while the master
+            # ramps the pool up, a worker's users are a fraction of their final count, and
+            # a share taken from them offered a fraction of the rate for the ramp's length.
+            workers = int(getattr(_opts(env), "specgate_workers", 0) or 0)
+            if workers > 0:
+                arrivals.pool = float(workers)
+            elif runner.target_user_count > 0:
+                arrivals.pool = max(1.0, _pool(env) / runner.target_user_count)
         t = arrivals.advance(time.time() - t0)
         if t is None:
             return  # schedule over: the shape stops the run
@@ -500,6 +507,8 @@ class QpsShape(LoadTestShape):
             return int(o.num_users or 1), float(o.spawn_rate or 1)
         if math.isfinite(sched.duration_s) and t >= sched.duration_s:
             return None
+        if isinstance(self.runner, MasterRunner):  # the workers split the arrivals by this count
+            o.specgate_workers = self.runner.worker_count
         pool = _pool(env)
         if _auto_pool(env):
             pool = grown_pool(pool, sched.peak_qps, _latency_s(env))

@@ -26,6 +26,7 @@ from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
 from gateway.telemetry import build_telemetry
 from tests.conftest import gateway_config_for
+from tests.reliability.rig import until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -148,6 +149,10 @@ async def _metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
+async def _aborted(url: str, n: int) -> bool:
+    return await _metric(url, "vllm:request_success_total", finished_reason="abort") == n
+
+
 @pytest.mark.parametrize("extra", [{}, {"seed": 7}], ids=["greedy", "greedy-seeded"])
 async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(
     slow_pair: EmulatorGroup, extra: dict[str, Any]
@@ -184,7 +189,8 @@ async def test_a_flip_moves_the_stream_and_the_client_sees_one_answer(
         # the prompt is the original's (the sibling's /tokenize of it), not the continued one's
         assert moved["usage"].prompt_tokens == reference["usage"].prompt_tokens
         # the spec engine aborted it; the plain engine finished the continuation
-        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
+        # the engine counts the abort when it sees the gateway's disconnect: soon, not at once
+        await until(lambda: _aborted(spec.url, 1), what="spec engine counts the moved stream as aborted")
         # (and the flip's own 2-token request)
         assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 2
         gw_url = str(gw.make_url("")).rstrip("/")
@@ -277,7 +283,8 @@ async def test_draining_an_engine_with_move_hands_its_streams_to_the_sibling(
             "moving_later": 0,
         }
         assert moved["text"] == reference["text"] and moved["usage"].completion_tokens == TOKENS
-        assert await _metric(spec.url, "vllm:request_success_total", finished_reason="abort") == 1
+        # the engine counts the abort when it sees the gateway's disconnect: soon, not at once
+        await until(lambda: _aborted(spec.url, 1), what="spec engine counts the moved stream as aborted")
         assert await _metric(base.url, "vllm:request_success_total", finished_reason="length") == 1
         assert gw.app[STATE].models["qwen3-8b"].engines["spec0"].inflight == 0
 

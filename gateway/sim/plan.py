@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
+from gateway.sim.fleet import ONE_REGIME
 from gateway.sim.records import SimConfig
 from gateway.sim.run import DYNAMIC_SD
 from gateway.sim.scenarios import Pair, Phase, Scenario, from_schedule, get_scenario
 
-POLICIES = (*POLICY_NAMES, DYNAMIC_SD)
+POLICIES = (*POLICY_NAMES, DYNAMIC_SD, ONE_REGIME)
 DEFAULT_POLICIES = (ADAPTIVE, *STATIC_BASELINES)
 # The engine-pair flags a scenario may set (Pair's fields; argparse leaves them None when not
 # given), and their defaults where neither the command line nor the scenario sets them.
@@ -74,6 +75,29 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--dynamic-sd-max-batch must be >= 1")
     if args.replicas is not None and not 1 <= args.replicas <= 64:
         raise ValueError("--replicas must be 1..64")
+    pairs = getattr(args, "pairs", 1) or 1
+    if not 1 <= pairs <= 256:
+        raise ValueError("--pairs must be 1..256")
+    if pairs > 1 and (args.replicas or 1) > 1:
+        raise ValueError("--pairs and --replicas: one gateway replica in front of a fleet")
+    pair_events(getattr(args, "pair_events", None))
+
+
+def pair_events(spec: str | None) -> tuple[tuple[float, int], ...]:
+    """``--pair-events 'SECONDS:-1,SECONDS:+1'``: a pair lost or added at those times."""
+    out = []
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        t, _, d = item.partition(":")
+        try:
+            at, delta = float(t), int(d)
+        except ValueError:
+            raise ValueError(f"bad --pair-events item {item!r} (SECONDS:-1 or SECONDS:+1)") from None
+        if delta not in (-1, 1) or at < 0:
+            raise ValueError(f"bad --pair-events item {item!r} (SECONDS:-1 or SECONDS:+1)")
+        out.append((at, delta))
+    return tuple(out)
 
 
 def sim_config(
@@ -114,6 +138,8 @@ def sim_config(
         peers=args.peers,
         peer_lag_s=args.peer_lag_ms / 1000.0,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
+        pairs=getattr(args, "pairs", 1) or 1,
+        pair_events=pair_events(getattr(args, "pair_events", None)),
     )
 
 

@@ -2,9 +2,10 @@
 
 :class:`FleetPolicy` holds one :class:`~gateway.routing.adaptive.AdaptivePolicy` per pair,
 built from the existing parts. What is a property of the model and the traffic (acceptance
-per class and temperature, drafts per class) is one pair of learners shared by all of them;
-what is a property of a pair (its load, its device's measured step times, its regime and
-evidence, its handover and quiet-pair state) stays in that pair's policy.
+per class and temperature, drafts per class) is learned once, shared by all of them (and
+the traffic's context, which the step-time profile is read at); what is a property of a
+pair (its load, its device's measured step times, its regime and evidence, its handover and
+quiet-pair state) stays in that pair's policy.
 
 Per request, on a model with more than one pair:
 
@@ -99,6 +100,8 @@ class FleetPolicy:
         shared = self.primary.estimator
         pol.estimator.learner = shared.learner
         pol.estimator.draft_learner = shared.draft_learner
+        pol.estimator.context = shared.context  # the traffic's context (the profile is read at it)
+        pol.estimator.steps = shared.steps
         if self.bound is not None:
             pol.bind(*self.bound)
         return pol
@@ -112,9 +115,8 @@ class FleetPolicy:
             del self.engine_pair[e]
         for conv in [c for c, k in self.affinity.items() if k == key]:
             del self.affinity[conv]
-        if pol is self.primary and self.pairs:  # the first pair's policy moves to another pair
-            other = next(iter(self.pairs))
-            self.pairs[other], self.primary = self.primary, self.pairs[other]
+        if pol is self.primary and self.pairs:  # another pair's policy speaks for the model
+            self.primary = next(iter(self.pairs.values()))  # (the learners are the same objects)
 
     # -- the decision ------------------------------------------------------------------
     def decide(self, features: RequestFeatures, view: ModelView, now: float) -> Decision:

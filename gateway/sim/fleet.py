@@ -250,6 +250,7 @@ def simulate_fleet(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]]
             records.append(rec)
         else:
             rec, rec.migrated, rec.route = again, True, route.value
+        rec.engine = d.engine
         engine = pair.mons[route].engine
         req = engine.make_request(
             wr.prompt_text, max_tokens=wr.max_tokens, temperature=wr.temperature, seed=wr.seed

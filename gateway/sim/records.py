@@ -87,6 +87,7 @@ class RequestRecord:
     steps: int = 0  # engine emissions that carried tokens
     replica: int = 0  # which gateway replica routed it
     migrated: bool = False  # moved to the sibling engine at a mode flip
+    engine: str = ""  # the engine it ran on last (fleet runs: which pair, e.g. "spec3")
 
 
 @dataclass

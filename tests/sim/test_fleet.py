@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gateway.sim.fleet import is_fleet, simulate_any, simulate_fleet
 from gateway.sim.oracle import search
-from gateway.sim.records import RequestRecord, SimConfig
+from gateway.sim.records import SimConfig
 from gateway.sim.run import arrivals, simulate
 
 SHORT = SimConfig(qps=12.0, duration_s=16.0, warmup_s=2.0, drain_s=120.0, prompt_lookup_min=2)

@@ -23,6 +23,7 @@ With one pair, every call goes to the first policy unchanged: the decisions are 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -51,6 +52,17 @@ class FleetKnobs:
     affinities: int = 65536  # conversations remembered (least recently seen forgotten)
     hysteresis: float = 0.02  # a new plan must be this much cheaper than the current one
     min_dwell_s: float = 5.0  # a pair keeps a regime the fleet gave it at least this long
+    impact: float = 0.0  # weight of what a request does to the others on its pair (:mod:`.prices`;
+    # the full weight, 1, measured worse in the simulator: docs/fleet.md)
+
+
+@dataclass(slots=True)
+class _Pair:
+    """What placement reads of a pair per request (kept by pair key)."""
+
+    policy: AdaptivePolicy
+    prices: PairPrices
+    foreign: float = 0.0  # requests on the pair beyond this gateway's (the last scrape's)
 
 
 def pair_key(pair: PairView) -> str:
@@ -69,6 +81,7 @@ class FleetPolicy:
         self.cfg = primary.cfg
         self.pairs: dict[str, AdaptivePolicy] = {}
         self.prices: dict[str, PairPrices] = {}
+        self.state: dict[str, _Pair] = {}
         self.engine_pair: dict[str, str] = {}
         self.planner = Planner(hysteresis=self.knobs.hysteresis)
         self.affinity: OrderedDict[int, str] = OrderedDict()
@@ -86,7 +99,8 @@ class FleetPolicy:
         if pol is None:
             pol = self.primary if not self.pairs else self._new_policy()
             self.pairs[key] = pol
-            self.prices[key] = PairPrices(pol.estimator, cap=self.cfg_cap())
+            self.prices[key] = PairPrices(pol.estimator, cap=self.cfg_cap(), impact=self.knobs.impact)
+            self.state[key] = _Pair(pol, self.prices[key])
             for e in pair.engines:
                 self.engine_pair[e.name] = key
         return pol
@@ -110,6 +124,7 @@ class FleetPolicy:
         """A pair left the model (``PairsChanged.gone``): its state goes with it."""
         pol = self.pairs.pop(key, None)
         self.prices.pop(key, None)
+        self.state.pop(key, None)
         self.flipped_at.pop(key, None)
         for e in [e for e, k in self.engine_pair.items() if k == key]:
             del self.engine_pair[e]
@@ -126,15 +141,12 @@ class FleetPolicy:
                 self.policy_of(view.pairs[0]).follow_leader(None, now)
             return self.policy_of(view.pairs[0]).decide(features, view, now)
         self.fleet = True
-        usable = [p for p in view.pairs if any(e.usable for e in p.engines)]
-        if not usable:
-            raise NoEngineAvailable(view.model, "all engines down")
-        for p in usable:
-            self.policy_of(p)
         if now >= self._next_plan:
-            self._replan(usable, now)
-        pair = self._place(features, usable, view.pinned, now)
-        return self.pairs[pair_key(pair)].decide(features, ModelView(view.model, (pair,), view.pinned), now)
+            self._replan(view.pairs, now)
+        pair = self._place(features, view.pairs, view.pinned, now)
+        if pair is None:
+            raise NoEngineAvailable(view.model, "all engines down")
+        return self.pairs[pair.base.name].decide(features, ModelView(view.model, (pair,), view.pinned), now)
 
     def tokens_per_step(self, f: RequestFeatures, now: float) -> tuple[float, float]:
         """The request's tokens per spec step and verified tokens, from the model's learning."""
@@ -161,42 +173,67 @@ class FleetPolicy:
         return self.pairs[pair_key(pair)].controller.speculating
 
     def _place(
-        self, f: RequestFeatures, usable: list[PairView], pinned: RouteOverride, now: float
-    ) -> PairView:
-        """The pair with the lowest marginal cost for the request (module doc)."""
-        if pinned is not RouteOverride.AUTO or f.forced is not None:
-            return choose_pair(ModelView("", tuple(usable)))  # an operator's or client's route
+        self, f: RequestFeatures, pairs: tuple[PairView, ...], pinned: RouteOverride, now: float
+    ) -> PairView | None:
+        """The usable pair with the lowest marginal cost for the request (module doc); one
+        pass over the pairs, a few reads each (the decision's cost grows with the fleet)."""
+        if pinned is not RouteOverride.AUTO or f.forced is not None:  # an operator's or client's route
+            usable = tuple(p for p in pairs if any(e.usable for e in p.engines))
+            return choose_pair(ModelView("", usable)) if usable else None
         e, q = self.tokens_per_step(f, now)
         self.planner.note(now, e, q)
         needs_base = bool(f.refused_params)
-        best, best_cost, costs = usable[0], float("inf"), {}
-        for p in usable:
-            key = pair_key(p)
-            spec = self._speculating(p) and not needs_base
-            load = sum(engine_load(x) for x in p.engines)
-            c = self.prices[key].marginal(spec, load, e)
-            if needs_base and self._speculating(p):
-                c *= 2.0  # it would split a speculating pair
-            costs[key] = c
+        state = self.state
+        best: PairView | None = None
+        best_cost = float("inf")
+        costs: dict[str, float] = {}
+        for p in pairs:
+            b, sp = p.base, p.spec
+            st = state.get(b.name)
+            if st is None:
+                self.policy_of(p)
+                st = state[b.name]
+            b_ok = b.healthy and not b.draining
+            s_ok = sp is not None and sp.healthy and not sp.draining
+            if not (b_ok or s_ok):
+                continue
+            load = b.inflight + st.foreign + (sp.inflight if sp is not None else 0)
+            spec = s_ok and (not b_ok or st.policy.controller.speculating)
+            prices = st.prices
+            i = int(load + 0.5)
+            if spec and not needs_base:
+                table = prices.tables[0]
+                c = table[i] if i < len(table) else prices.extend(True, i)
+                c /= max(1.0, 1.0 + (e - 1.0) * prices.ratio)
+            else:
+                table = prices.tables[1]
+                c = table[i] if i < len(table) else prices.extend(False, i)
+                if spec:
+                    c *= 2.0  # it needs the plain engine: it would split a speculating pair
+            costs[b.name] = c
             if c < best_cost:
                 best, best_cost = p, c
         conv = f.affinity
-        if conv:
+        if conv and best is not None:
             last = self.affinity.get(conv)
-            if last is not None and last in costs and costs[last] <= best_cost * (1.0 + self.knobs.stick):
-                best = next(p for p in usable if pair_key(p) == last)
-            self.affinity[conv] = pair_key(best)
+            if last is not None and costs.get(last, math.inf) <= best_cost * (1.0 + self.knobs.stick):
+                best = next(p for p in pairs if p.base.name == last)
+            self.affinity[conv] = best.base.name
             self.affinity.move_to_end(conv)
             if len(self.affinity) > self.knobs.affinities:
                 self.affinity.popitem(last=False)
         self.placed += 1
         return best
 
-    def _replan(self, usable: list[PairView], now: float) -> None:
+    def _replan(self, pairs: tuple[PairView, ...], now: float) -> None:
         """Refresh the pairs' prices; set how many pairs speculate (:mod:`.planner`)."""
         self._next_plan = now + self.knobs.replan_s
+        usable = [p for p in pairs if any(e.usable for e in p.engines)]
         for p in usable:
-            self.prices[pair_key(p)].refresh()
+            self.policy_of(p)
+            st = self.state[pair_key(p)]
+            st.prices.refresh()
+            st.foreign = max(0.0, sum(engine_load(x) - x.inflight for x in p.engines))
         able = [p for p in usable if p.spec is not None and p.spec.usable and p.base.usable]
         if not able:
             return

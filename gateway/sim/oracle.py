@@ -6,8 +6,8 @@ each pool (:class:`~gateway.sim.fleet.Assigned`); ``s = 0`` and ``s = N`` are th
 static fleets. The search knows what no gateway does: each request's true class, and the
 whole run. Classes are ordered by the tokens per step their requests' priors promise (the
 prefix of that order is what gains most from speculation); for each prefix the number of
-speculating pairs is searched (every count on a small fleet; a ternary search on a large
-one, the mean time per token being unimodal in it). Every candidate is a full simulated
+speculating pairs is searched (every count on a small fleet; a grid of about eight counts
+on a large one). Every candidate is a full simulated
 run on the same arrivals; the best by mean time per token is the oracle.
 """
 
@@ -44,6 +44,19 @@ def assignment(kinds: list[str], spec_pairs: int) -> str:
     return f"{ASSIGN}{'+'.join(kinds)}:{spec_pairs}"
 
 
+def candidates(order: list[str], pairs: int) -> list[str]:
+    """Every candidate's policy name: the two static fleets, then each prefix of ``order``
+    on each count of speculating pairs (every count up to :data:`_FULL_SEARCH` pairs, else
+    a grid of about eight counts)."""
+    n = max(1, pairs)
+    out = [assignment([], 0), assignment(order, n)]
+    step = 1 if n - 1 <= _FULL_SEARCH else max(1, n // 8)
+    counts = sorted({*range(step, n, step), 1, n - 1} - {0, n})
+    for cut in range(1, len(order)):
+        out += [assignment(order[:cut], s) for s in counts]
+    return out
+
+
 def search(
     cfg: SimConfig,
     work: list[tuple[float, WorkloadRequest]] | None = None,
@@ -51,36 +64,16 @@ def search(
 ) -> tuple[Row, list[Row]]:
     """(the oracle's row, every candidate's row) for ``cfg``'s fleet and load."""
     work = work if work is not None else arrivals(cfg)
-    order = kinds_by_gain(cfg, work)
-    n = max(1, cfg.pairs)
-    tried: dict[str, Row] = {}
+    rows = []
+    for name in candidates(kinds_by_gain(cfg, work), cfg.pairs):
+        row = run(replace(cfg, policy=name), work).summary()
+        row["assignment"] = name
+        rows.append(row)
+    return best_of(rows), rows
 
-    def tpot(kinds: list[str], s: int) -> float:
-        name = assignment(kinds if 0 < s < n else (order if s == n else []), s)
-        if name not in tried:
-            row = run(replace(cfg, policy=name), work).summary()
-            row["assignment"] = name
-            tried[name] = row
-        return float(tried[name]["mean_tpot_ms"])
 
-    tpot([], 0)
-    tpot(order, n)
-    for cut in range(1, len(order)):
-        kinds = order[:cut]
-        if n - 1 <= _FULL_SEARCH:
-            for s in range(1, n):
-                tpot(kinds, s)
-            continue
-        lo, hi = 1, n - 1
-        while hi - lo > 2:
-            a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
-            if tpot(kinds, a) <= tpot(kinds, b):
-                hi = b
-            else:
-                lo = a
-        for s in range(lo, hi + 1):
-            tpot(kinds, s)
-    rows = list(tried.values())
+def best_of(rows: list[Row]) -> Row:
+    """The oracle's row: the candidate with the lowest mean time per token."""
     best = dict(min(rows, key=lambda r: float(r["mean_tpot_ms"])))
     best["policy"] = "oracle"
-    return best, rows
+    return best

@@ -108,8 +108,9 @@ def test_a_new_pair_starts_from_the_models_learning_and_takes_requests() -> None
     learned = policy.primary.estimator.learner.snapshot(50.0)
     busy = [pair(0, 0, 40), pair(1, 0, 40)]
     new = pair(2)
+    fresh = policy.policy_of(new)
+    regimes(policy, set(), 3)  # the plan has every pair plain (chat only)
     assert placed(policy, CHAT, [*busy, new], 51.0) == "base2"  # the idle newcomer
-    fresh = policy.pairs[pair_key(new)]
     assert fresh is not policy.primary
     assert fresh.estimator.learner is policy.primary.estimator.learner
     assert fresh.estimator.learner.snapshot(50.0) == learned

@@ -62,7 +62,7 @@ class _Pair:
 
     policy: AdaptivePolicy
     prices: PairPrices
-    foreign: float = 0.0  # requests on the pair beyond this gateway's (the last scrape's)
+    foreign: int = 0  # requests on the pair beyond this gateway's (the last scrape's)
 
 
 def pair_key(pair: PairView) -> str:
@@ -185,8 +185,7 @@ class FleetPolicy:
         needs_base = bool(f.refused_params)
         state = self.state
         best: PairView | None = None
-        best_cost = float("inf")
-        costs: dict[str, float] = {}
+        best_cost = math.inf
         for p in pairs:
             b, sp = p.base, p.spec
             st = state.get(b.name)
@@ -197,33 +196,51 @@ class FleetPolicy:
             s_ok = sp is not None and sp.healthy and not sp.draining
             if not (b_ok or s_ok):
                 continue
-            load = b.inflight + st.foreign + (sp.inflight if sp is not None else 0)
-            spec = s_ok and (not b_ok or st.policy.controller.speculating)
-            prices = st.prices
-            i = int(load + 0.5)
-            if spec and not needs_base:
-                table = prices.tables[0]
-                c = table[i] if i < len(table) else prices.extend(True, i)
-                c /= max(1.0, 1.0 + (e - 1.0) * prices.ratio)
+            i = b.inflight + st.foreign + (sp.inflight if sp is not None else 0)
+            if s_ok and (not b_ok or st.policy.controller.speculating):
+                if needs_base:  # it needs the plain engine: it would split a speculating pair
+                    c = 2.0 * self._cost(st, False, i)
+                else:
+                    table = st.prices.tables[0]
+                    c = table[i] if i < len(table) else st.prices.extend(True, i)
+                    c /= 1.0 + (e - 1.0) * st.prices.ratio  # E >= 1: never below 1
             else:
-                table = prices.tables[1]
-                c = table[i] if i < len(table) else prices.extend(False, i)
-                if spec:
-                    c *= 2.0  # it needs the plain engine: it would split a speculating pair
-            costs[b.name] = c
+                table = st.prices.tables[1]
+                c = table[i] if i < len(table) else st.prices.extend(False, i)
             if c < best_cost:
                 best, best_cost = p, c
         conv = f.affinity
         if conv and best is not None:
             last = self.affinity.get(conv)
-            if last is not None and costs.get(last, math.inf) <= best_cost * (1.0 + self.knobs.stick):
-                best = next(p for p in pairs if p.base.name == last)
+            if last is not None and last != best.base.name:
+                held = next((p for p in pairs if p.base.name == last), None)
+                if held is not None and self._pair_cost(held, e, needs_base) <= best_cost * (
+                    1.0 + self.knobs.stick
+                ):
+                    best = held
             self.affinity[conv] = best.base.name
             self.affinity.move_to_end(conv)
             if len(self.affinity) > self.knobs.affinities:
                 self.affinity.popitem(last=False)
         self.placed += 1
         return best
+
+    def _cost(self, st: _Pair, spec: bool, load: int) -> float:
+        table = st.prices.tables[0 if spec else 1]
+        return table[load] if load < len(table) else st.prices.extend(spec, load)
+
+    def _pair_cost(self, p: PairView, e: float, needs_base: bool) -> float:
+        """The request's cost on ``p`` (as :meth:`_place` prices it; inf: not usable)."""
+        st = self.state.get(p.base.name)
+        b_ok, s_ok = p.base.usable, p.spec is not None and p.spec.usable
+        if st is None or not (b_ok or s_ok):
+            return math.inf
+        i = p.base.inflight + st.foreign + (p.spec.inflight if p.spec is not None else 0)
+        if s_ok and (not b_ok or st.policy.controller.speculating):
+            if needs_base:
+                return 2.0 * self._cost(st, False, i)
+            return self._cost(st, True, i) / (1.0 + (e - 1.0) * st.prices.ratio)
+        return self._cost(st, False, i)
 
     def _replan(self, pairs: tuple[PairView, ...], now: float) -> None:
         """Refresh the pairs' prices; set how many pairs speculate (:mod:`.planner`)."""
@@ -233,7 +250,7 @@ class FleetPolicy:
             self.policy_of(p)
             st = self.state[pair_key(p)]
             st.prices.refresh()
-            st.foreign = max(0.0, sum(engine_load(x) - x.inflight for x in p.engines))
+            st.foreign = round(max(0.0, sum(engine_load(x) - x.inflight for x in p.engines)))
         able = [p for p in usable if p.spec is not None and p.spec.usable and p.base.usable]
         if not able:
             return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
@@ -160,6 +160,13 @@ def plan(args: argparse.Namespace) -> Plan:
     bad = [p for p in policies if p not in POLICIES]
     if sc is not None:
         sc = sc.scaled(args.time_scale)
+        n = getattr(args, "pairs", 1) or 1
+        if n > 1:  # a fleet: each pair sees about the scenario's load (the total is n times it)
+            sc = replace(
+                sc,
+                phases=tuple(replace(p, start_qps=p.start_qps * n, end_qps=p.end_qps * n) for p in sc.phases),
+                description=f"{sc.description} (× {n} pairs)",
+            )
         if bad or not policies:
             raise ValueError(f"bad --policies {bad}")
         q0, span = sc.phases[0].start_qps, sc.duration_s

@@ -75,7 +75,7 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--dynamic-sd-max-batch must be >= 1")
     if args.replicas is not None and not 1 <= args.replicas <= 64:
         raise ValueError("--replicas must be 1..64")
-    pairs = getattr(args, "pairs", 1) or 1
+    pairs = getattr(args, "pairs", 1)
     if not 1 <= pairs <= 256:
         raise ValueError("--pairs must be 1..256")
     if pairs > 1 and (args.replicas or 1) > 1:

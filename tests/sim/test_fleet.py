@@ -3,10 +3,15 @@ added mid-run; the offline oracle; one pair simulated exactly as before."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 
+import pytest
+
+from gateway.sim.cli_simulate import configure
 from gateway.sim.fleet import is_fleet, simulate_any, simulate_fleet
 from gateway.sim.oracle import search
+from gateway.sim.plan import plan
 from gateway.sim.records import SimConfig
 from gateway.sim.run import arrivals, simulate
 
@@ -51,3 +56,25 @@ def test_the_oracle_is_at_least_as_good_as_either_static_fleet() -> None:
     assert len(statics) == 2
     assert float(best["mean_tpot_ms"]) <= min(float(r["mean_tpot_ms"]) for r in statics)
     assert len(rows) == 2 + 3  # the statics, and each of the 3 cuts of 4 kinds on 1 pair
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_command_line_asks_for_a_fleet() -> None:
+    p = plan(_args("--pairs", "4", "--qps", "80", "--pair-events", "60:-1,90:+1"))
+    assert {c.pairs for c in p.configs} == {4} and {c.qps for c in p.configs} == {80.0}
+    assert p.configs[0].pair_events == ((60.0, -1), (90.0, 1))
+    assert all(is_fleet(c) for c in p.configs)
+    # a scenario on a fleet: each pair sees about the scenario's load
+    one = plan(_args("--scenario", "load-step", "--policies", "adaptive"))
+    four = plan(_args("--scenario", "load-step", "--policies", "adaptive", "--pairs", "4"))
+    assert [4 * ph.start_qps for ph in one.configs[0].phases] == [
+        ph.start_qps for ph in four.configs[0].phases
+    ]
+    for bad in (("--pair-events", "60:2"), ("--pairs", "0"), ("--pairs", "2", "--replicas", "2")):
+        with pytest.raises(ValueError):
+            plan(_args(*bad))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gateway.routing.names import ADAPTIVE
 from gateway.sim.cli_scenario import run_scenario
-from gateway.sim.fleet import ONE_REGIME, simulate_any
+from gateway.sim.fleet import ONE_REGIME, join_delays, simulate_any
 from gateway.sim.oracle import search as oracle_search
 from gateway.sim.plan import DEFAULT_POLICIES, PAIR_DEFAULTS, POLICIES, plan
 from gateway.sim.records import SimConfig
@@ -235,6 +235,9 @@ def _point(cfg: SimConfig) -> dict[str, float | int | str]:
     row["seed"] = cfg.seed
     if cfg.pairs > 1:
         row["pairs"] = cfg.pairs
+    if cfg.pair_events:  # a pair lost or added: what failed, how soon a new pair served
+        row["unfinished"] = int(row["requests"]) - int(row["finished"])
+        row["join_serving_s"] = max(join_delays(result), default=0.0)
     if cfg.replicas_reported:
         row["replicas"] = cfg.replicas
         row.update(result.replica_summary())

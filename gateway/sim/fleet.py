@@ -302,3 +302,17 @@ def is_fleet(cfg: SimConfig) -> bool:
 def simulate_any(cfg: SimConfig) -> SimResult:
     """One pair: :func:`gateway.sim.run.simulate`, unchanged; a fleet: :func:`simulate_fleet`."""
     return simulate_fleet(cfg) if is_fleet(cfg) else simulate(cfg)
+
+
+def join_delays(result: SimResult) -> list[float]:
+    """Per pair added mid-run: seconds from its joining to the first request it took."""
+    cfg = result.config
+    joins = [t for t, d in sorted(cfg.pair_events) if d > 0]
+    out = []
+    for j, at in enumerate(joins):
+        index = str(max(1, cfg.pairs) + j)  # its engines: spec<index>, base<index>
+        took = [
+            r.arrival for r in result.records if r.engine[4:] == index and r.arrival >= at
+        ]  # spec3, base3
+        out.append(min(took) - at if took else math.inf)
+    return out

@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             name, row, s = fut.result()
             rows[name].append(row)
             cpu += s
+            done = sum(map(len, rows.values()))
+            mean = float(row["mean_tpot_ms"])
+            print(f"[{done}/{len(jobs)}] {name} {row['policy']}: {mean:.3f} ms", flush=True)
     result = {c.name: {"command": command(c.cfg), **judge(rows[c.name])} for c in todo}
     missed = [m for name, j in result.items() for m in misses(name, j)]  # type: ignore[arg-type]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,10 @@ n-gram lookup 2..5 and 5..5 × seeds 1-3 × 25/50/75/90 % of the fleet's capacit
 ``--capacity`` req/s, one pair's capacity under the better static). Every run of a cell sees
 the same arrivals; each is one job: adaptive, the two static fleets (every pair in one
 regime, the least-loaded pair) and each candidate of the oracle's search
-(:mod:`gateway.sim.oracle`). A cell gives adaptive ÷ the best static (mean and p99 TPOT)
-and ÷ the oracle, and whether the classes differ in what speculation buys there (the oracle
-is ≥ 5 % ahead of the best static). Targets: mean ≤ 1.01 × best static everywhere, ≤ 0.95 ×
+(:mod:`gateway.sim.oracle`; its classes ordered by what the static fleets measured). A
+cell gives adaptive ÷ the best static (mean and p99 TPOT) and ÷ the oracle, and whether the
+classes differ in what speculation buys there (the oracle is ≥ 5 % ahead of the best
+static). Targets: mean ≤ 1.01 × best static everywhere, ≤ 0.95 ×
 where the classes differ, ≤ 1.02 × oracle, p99 ≤ 1.05 × the best static's; a miss is
 printed, and the exit status is then 1. Written under ``--out``: ``fleet.json`` and
 ``fleet.md``.
@@ -28,14 +29,14 @@ import random
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from gateway.sim.fleet import simulate_fleet
-from gateway.sim.oracle import best_of, candidates, kinds_by_gain
+from gateway.sim.oracle import best_of, by_measured_gain, candidates, kind_tpot
 from gateway.sim.records import SimConfig
-from gateway.sim.run import arrivals
 
 MIXES = {
     "corpus": None,
@@ -51,6 +52,7 @@ SEEDS = (1, 2, 3)
 # its queue grows (TTFT 3.7 s): `specgate simulate --qps 30,36,42,50 --duration 25`.
 CAPACITY = {"lk2": 45.0, "lk5": 45.0}
 TARGETS = {"mean_vs_static": 1.01, "mean_where_classes_differ": 0.95, "mean_vs_oracle": 1.02, "p99": 1.05}
+STATICS = ("always-spec", "always-base")
 DIFFER = 0.95  # the oracle this far ahead of the best static: the classes differ
 
 
@@ -89,25 +91,31 @@ def command(cfg: SimConfig) -> str:
     )
 
 
-def runs(cell: Cell) -> list[SimConfig]:
-    """The cell's runs: adaptive, the statics, the oracle's candidates (one job each)."""
-    order = kinds_by_gain(cell.cfg, arrivals(cell.cfg))
-    names = ["adaptive", "always-spec", "always-base", *candidates(order, cell.cfg.pairs)]
-    return [replace(cell.cfg, policy=p) for p in names]
+def first_runs(cell: Cell) -> list[SimConfig]:
+    """The cell's first runs: adaptive and the static fleets (whose per-kind times order the
+    oracle's candidates, :func:`oracle_runs`)."""
+    return [replace(cell.cfg, policy=p) for p in ("adaptive", "always-spec", "always-base")]
 
 
-def run_one(key: tuple[str, SimConfig]) -> tuple[str, dict[str, float | int | str], float]:
+def oracle_runs(cell: Cell, spec: dict[str, float], base: dict[str, float]) -> list[SimConfig]:
+    """The oracle's candidates beyond the two static fleets (:mod:`gateway.sim.oracle`)."""
+    order = by_measured_gain(spec, base, sorted(set(spec) | set(base)))
+    return [replace(cell.cfg, policy=p) for p in candidates(order, cell.cfg.pairs)[2:]]
+
+
+def run_one(key: tuple[str, SimConfig]) -> tuple[str, dict[str, Any], float]:
     t0 = time.process_time()
-    row = simulate_fleet(key[1]).summary()
-    row["policy"] = key[1].policy
+    result = simulate_fleet(key[1])
+    row: dict[str, Any] = {**result.summary(), "policy": key[1].policy, "kinds": kind_tpot(result)}
     return key[0], row, time.process_time() - t0
 
 
-def judge(rows: list[dict[str, float | int | str]]) -> dict[str, float | bool]:
+def judge(rows: list[dict[str, Any]]) -> dict[str, float | bool]:
     by = {str(r["policy"]): r for r in rows}
     ad = by["adaptive"]
     static = min((by[p] for p in ("always-spec", "always-base")), key=lambda r: float(r["mean_tpot_ms"]))
-    oracle = best_of([r for r in rows if str(r["policy"]).startswith("assign:")])
+    fixed = ("always-spec", "always-base")  # the oracle's two static candidates
+    oracle = best_of([r for r in rows if str(r["policy"]).startswith("assign:") or r["policy"] in fixed])
     mean = float(ad["mean_tpot_ms"])
     out: dict[str, float | bool] = {
         "adaptive_ms": mean,
@@ -201,18 +209,23 @@ def main(argv: list[str] | None = None) -> int:
         for c in todo:
             print(f"{c.name}: {command(c.cfg)}")
         return 0
-    jobs = [(c.name, r) for c in todo for r in runs(c)]
-    rows: dict[str, list[dict[str, float | int | str]]] = {c.name: [] for c in todo}
+    rows: dict[str, list[dict[str, Any]]] = {c.name: [] for c in todo}
+    by_name = {c.name: c for c in todo}
     cpu = 0.0
     t0 = time.monotonic()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for fut in as_completed([pool.submit(run_one, j) for j in jobs]):
-            name, row, s = fut.result()
-            rows[name].append(row)
-            cpu += s
-            done = sum(map(len, rows.values()))
-            mean = float(row["mean_tpot_ms"])
-            print(f"[{done}/{len(jobs)}] {name} {row['policy']}: {mean:.3f} ms", flush=True)
+        pending = {pool.submit(run_one, (c.name, r)) for c in todo for r in first_runs(c)}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                name, row, s = fut.result()
+                rows[name].append(row)
+                cpu += s
+                print(f"{name} {row['policy']}: {float(row['mean_tpot_ms']):.3f} ms", flush=True)
+                statics = {str(r["policy"]): r["kinds"] for r in rows[name] if r["policy"] in STATICS}
+                if row["policy"] in STATICS and len(statics) == 2:  # the oracle's search, ordered
+                    more = oracle_runs(by_name[name], statics["always-spec"], statics["always-base"])
+                    pending |= {pool.submit(run_one, (name, r)) for r in more}
     result = {c.name: {"command": command(c.cfg), **judge(rows[c.name])} for c in todo}
     missed = [m for name, j in result.items() for m in misses(name, j)]  # type: ignore[arg-type]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,11 @@ A candidate sends the requests of a set of classes (workload kinds) to ``s`` pai
 all speculate and the rest to the other ``N − s`` pairs, all plain, least-loaded within
 each pool (:class:`~gateway.sim.fleet.Assigned`); ``s = 0`` and ``s = N`` are the two
 static fleets. The search knows what no gateway does: each request's true class, and the
-whole run. Classes are ordered by the tokens per step their requests' priors promise (the
-prefix of that order is what gains most from speculation); for each prefix the number of
-speculating pairs is searched (every count on a small fleet; a grid of about eight counts
-on a large one). Every candidate is a full simulated
-run on the same arrivals; the best by mean time per token is the oracle.
+whole run. The two static fleets run first; classes are then ordered by what speculation
+bought each of them there (its time per token on the speculating fleet ÷ on the plain one),
+and each prefix of that order is tried on each count of speculating pairs (every count on a
+small fleet; a grid of about eight counts on a large one). Every candidate is a full
+simulated run on the same arrivals; the best by mean time per token is the oracle.
 """
 
 from __future__ import annotations
@@ -40,6 +40,22 @@ def kinds_by_gain(cfg: SimConfig, work: list[tuple[float, WorkloadRequest]]) -> 
     return sorted(sums, key=lambda k: -sum(sums[k]) / len(sums[k]))
 
 
+def kind_tpot(result: SimResult) -> dict[str, float]:
+    """Mean time per token per workload kind (ms) of a run's measured requests."""
+    by: dict[str, list[float]] = {}
+    for r in result.records:
+        if r.arrival >= result.config.warmup_s and r.tpot_s is not None:
+            by.setdefault(r.kind, []).append(r.tpot_s)
+    return {k: 1e3 * sum(v) / len(v) for k, v in by.items()}
+
+
+def by_measured_gain(spec: dict[str, float], base: dict[str, float], fallback: list[str]) -> list[str]:
+    """Kinds ordered by what speculation bought them in the two static fleets (spec ÷ plain
+    time per token, lowest first); kinds one run lacks keep the ``fallback`` order, last."""
+    known = sorted((k for k in fallback if k in spec and k in base), key=lambda k: spec[k] / base[k])
+    return known + [k for k in fallback if k not in known]
+
+
 def assignment(kinds: list[str], spec_pairs: int) -> str:
     return f"{ASSIGN}{'+'.join(kinds)}:{spec_pairs}"
 
@@ -62,13 +78,19 @@ def search(
     work: list[tuple[float, WorkloadRequest]] | None = None,
     run: Callable[[SimConfig, list[tuple[float, WorkloadRequest]]], SimResult] = simulate_fleet,
 ) -> tuple[Row, list[Row]]:
-    """(the oracle's row, every candidate's row) for ``cfg``'s fleet and load."""
+    """(the oracle's row, every candidate's row) for ``cfg``'s fleet and load: the two
+    static fleets first, whose per-kind times order the kinds for the rest."""
     work = work if work is not None else arrivals(cfg)
-    rows = []
-    for name in candidates(kinds_by_gain(cfg, work), cfg.pairs):
-        row = run(replace(cfg, policy=name), work).summary()
-        row["assignment"] = name
-        rows.append(row)
+    prior = kinds_by_gain(cfg, work)
+    names = candidates(prior, cfg.pairs)
+    rows, per_kind = [], []
+    for name in names[:2]:
+        result = run(replace(cfg, policy=name), work)
+        per_kind.append(kind_tpot(result))
+        rows.append({**result.summary(), "assignment": name})
+    order = by_measured_gain(per_kind[1], per_kind[0], prior)
+    for name in candidates(order, cfg.pairs)[2:]:
+        rows.append({**run(replace(cfg, policy=name), work).summary(), "assignment": name})
     return best_of(rows), rows
 
 

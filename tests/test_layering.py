@@ -55,6 +55,7 @@ LAYERS: dict[str, int] = {
     # 2  what is built from the cores' types.
     "config": 2,  # config models (routing's policy config, wire's header checks)
     "pipeline": 2,  # request pipeline: body → features, answer → outcome (pure, shared with sim)
+    "placement": 2,  # a model's pairs: a regime per pair, one learning, each request placed (pure)
     # 3  runtime pieces, independent of each other.
     "engines": 3,  # live engine state, /metrics scraping, health checks (data path, last stage)
     "telemetry": 3,  # metrics, traces, logs: beside the data path, never imports api

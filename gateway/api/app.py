@@ -11,6 +11,7 @@ upstream request is closed while the engine is still working.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,12 +27,14 @@ from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import ModelRuntime
 from gateway.fleet.dns import Resolver
-from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.registry import FleetRegistry, PairsChanged
 from gateway.fleet.reload import ConfigSource, Reloader
 from gateway.fleet.sources import Discovery
 from gateway.peers.bus import PeerBus
 from gateway.peers.metrics import PeerCollector
 from gateway.peers.service import PeerService
+from gateway.placement import FleetPolicy
+from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy, Route
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
@@ -102,6 +105,8 @@ def build_app(
     models: dict[str, ModelRuntime] = {}
     for m in config.models:
         policy = (policies or {}).get(m.name) or build_policy(m.routing)
+        if isinstance(policy, AdaptivePolicy):  # a regime per pair once the model has several
+            policy = FleetPolicy(policy)
         models[m.name] = ModelRuntime.from_config(m, policy, stale_after_s=config.scrape.stale_after_s)
     state = GatewayState(config=config, models=models, telemetry=telemetry or NullTelemetry())
     attach_models(state.telemetry, models)  # live routing state for /metrics, read at scrape time
@@ -123,6 +128,7 @@ def build_app(
     app[STATE] = state
     app[WORKERS] = workers = PairWorkers(state)
     state.fleet = FleetRegistry(state.models, config.fleet, workers)
+    state.fleet.listeners.append(functools.partial(_forget_pairs, models))
     state.discovery = Discovery(state.fleet, resolver=resolver)
     for m in config.models:
         state.discovery.update(m.name, m.discovery)
@@ -151,6 +157,14 @@ def build_app(
 
         attach(app)
     return app
+
+
+def _forget_pairs(models: Mapping[str, ModelRuntime], change: PairsChanged) -> None:
+    """A pair gone from a model takes its placement state with it."""
+    mrt = models.get(change.model)
+    if mrt is not None and isinstance(mrt.policy, FleetPolicy):
+        for pair in change.gone:
+            mrt.policy.forget(pair.base.name)
 
 
 def _peer_service(config: GatewayConfig, state: GatewayState, bus: PeerBus | None) -> PeerService | None:

@@ -20,6 +20,7 @@ from multidict import CIMultiDict
 from gateway.api.auth import HasHeaders, check_client, check_model_access, may_override_route
 from gateway.api.body import check_content_encoding, decoded, parse_body, parse_features
 from gateway.api.features import CHAT, COMPLETIONS, RESPONSES, ParsedRequest, model_name
+from gateway.api.fleet import ask_moves
 from gateway.api.learning import learn_with_lookup, observe, wants_lookup
 from gateway.api.state import STATE, GatewayState, rid_of
 from gateway.engines.runtime import ModelRuntime
@@ -171,12 +172,7 @@ class Exchange:
         decision_s = time.perf_counter() - t0
         self.headers[ROUTE] = decision.route.value
         self.headers[REASON] = decision.reason
-        if decision.move_from is not None and mrt.config.routing.move_on_flip:
-            board = self.st.moves.get(self.model)
-            asked = board.move(decision.move_from).moving if board is not None else 0
-            log.info(
-                "regime flip: %d stream(s) asked to leave the %s engine", asked, decision.move_from.value
-            )
+        ask_moves(self.st, mrt, decision)
         if mrt.on_decided:
             tell_decided(mrt, features, decision)
         try:

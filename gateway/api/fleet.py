@@ -1,6 +1,7 @@
 """The application's side of :mod:`gateway.fleet`: each pair's sessions, scraper and health
 checker (:class:`PairWorkers`, the registry's hooks), and a new configuration applied live
-(:func:`apply_config`, the reloader's ``apply``)."""
+(:func:`apply_config`, the reloader's ``apply``), and the streams a regime flip moves on
+one pair of many (:func:`ask_moves`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from gateway.api.state import GatewayState
 from gateway.config.models import GatewayConfig
 from gateway.engines.runtime import EngineRuntime, ModelRuntime, PairRuntime
 from gateway.fleet.registry import CONFIG
+from gateway.placement import FleetPolicy
+from gateway.routing.types import Decision
 from gateway.telemetry.wiring import with_scrape_telemetry
 
 log = logging.getLogger(__name__)
@@ -125,3 +128,24 @@ def apply_config(state: GatewayState, new: GatewayConfig) -> None:
             state.fleet.declare(m.name, CONFIG, {p.key: p for p in m.pairs})
         if state.discovery is not None:
             state.discovery.update(m.name, m.discovery)
+
+
+def ask_moves(st: GatewayState, mrt: ModelRuntime, decision: Decision) -> None:
+    """Streams that a regime flip leaves on the old engine move to its sibling: on one pair,
+    every stream on the old route; on several, the flipped pair's old engine only (the
+    decision's sibling), and the engines of the pairs the fleet's plan flipped."""
+    engines = mrt.policy.take_moves() if isinstance(mrt.policy, FleetPolicy) else []
+    if not mrt.config.routing.move_on_flip:
+        return
+    board = st.moves.get(mrt.name)
+    if decision.move_from is not None:
+        if board is None:
+            asked = 0
+        elif len(mrt.active_pairs) > 1:
+            asked = board.move(engine=decision.fallback).moving if decision.fallback else 0
+        else:
+            asked = board.move(decision.move_from).moving
+        log.info("regime flip: %d stream(s) asked to leave the %s engine", asked, decision.move_from.value)
+    for engine in engines:
+        asked = board.move(engine=engine).moving if board is not None else 0
+        log.info("fleet regime flip: %d stream(s) asked to leave engine %s", asked, engine)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,6 +192,16 @@ def model_name(body: dict[str, Any]) -> str:
     return model
 
 
+AFFINITY_CHARS = 1024  # a conversation's opening: what its later turns repeat
+
+
+def affinity_of(body: dict[str, Any], prompt_text: str) -> int:
+    """A conversation's key (``RequestFeatures.affinity``): its ``user``, else its opening."""
+    user = body.get("user")
+    key = user if isinstance(user, str) and user else prompt_text[:AFFINITY_CHARS]
+    return (zlib.crc32(key.encode("utf-8", "replace")) or 1) if key else 0
+
+
 def parse_request(
     body: dict[str, Any],
     endpoint: str,
@@ -286,6 +297,7 @@ def parse_request(
         overlap=overlap,
         kind=kind,
         forced=forced,
+        affinity=affinity_of(body, prompt_text),
     )
     return ParsedRequest(
         body=body,

@@ -92,6 +92,9 @@ class RequestFeatures:
     kind: str = "unknown"
     # Route forced by the client header, already checked against what config allows.
     forced: Route | None = None
+    # A conversation's key for placement across pairs (0: none): the body's ``user``, else a
+    # hash of the prompt's opening, which a conversation's later turns repeat.
+    affinity: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,10 @@ from typing import Any
 from gateway.sim import analysis as an
 from gateway.sim import scenario_report
 from gateway.sim.agreement import switch_spread
+from gateway.sim.fleet import simulate_any
 from gateway.sim.records import SimConfig, SimResult
 from gateway.sim.report import write_csv
-from gateway.sim.run import phase_summaries, simulate
+from gateway.sim.run import phase_summaries
 from gateway.sim.scenarios import Scenario
 
 
@@ -31,8 +32,8 @@ def slo_of(args: argparse.Namespace) -> an.Slo:
 def run_all(cfgs: list[SimConfig], jobs: int) -> list[SimResult]:
     if jobs > 1 and len(cfgs) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(cfgs))) as pool:
-            return list(pool.map(simulate, cfgs))
-    return [simulate(c) for c in cfgs]
+            return list(pool.map(simulate_any, cfgs))
+    return [simulate_any(c) for c in cfgs]
 
 
 def run_scenario(args: argparse.Namespace, scenario: Scenario, cfgs: list[SimConfig]) -> int:

@@ -13,17 +13,23 @@ import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 
+from gateway.routing.names import ADAPTIVE
 from gateway.sim.cli_scenario import run_scenario
+from gateway.sim.fleet import ONE_REGIME, join_delays, simulate_any
+from gateway.sim.oracle import search as oracle_search
 from gateway.sim.plan import DEFAULT_POLICIES, PAIR_DEFAULTS, POLICIES, plan
 from gateway.sim.records import SimConfig
 from gateway.sim.report import markdown as md_table
 from gateway.sim.report import plot, seed_ratios, write_csv, write_json
-from gateway.sim.run import DYNAMIC_SD, simulate
+from gateway.sim.run import DYNAMIC_SD
 from gateway.sim.scenarios import describe_all
 
 __all__ = ["DEFAULT_POLICIES", "POLICIES", "configure", "main"]
+
+ORACLE = "oracle"  # a row of --oracle: the best fixed assignment of classes to pairs
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -194,6 +200,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--peer-lag-ms", type=float, default=2.0, help="the peer channel's delivery delay (default 2 ms)"
     )
     parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="a fleet: this many pairs, each on its own device, behind one gateway (--qps is the total); "
+        f"policies then include {ONE_REGIME} (one regime for all pairs, the least-loaded pair)",
+    )
+    parser.add_argument(
+        "--pair-events",
+        default=None,
+        help="pairs lost or added mid-run, e.g. '60:-1,90:+1' (a pair dies at 60 s, one joins at 90 s)",
+    )
+    parser.add_argument(
+        "--oracle",
+        action="store_true",
+        help="with --pairs: add the offline oracle per point (the best fixed assignment of classes to "
+        "pairs, by search over simulated runs)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -202,9 +226,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _point(cfg: SimConfig) -> dict[str, float | int | str]:
-    result = simulate(cfg)
+    if cfg.policy == ORACLE:
+        row, _ = oracle_search(replace(cfg, policy=ADAPTIVE))
+        row["seed"] = cfg.seed
+        return row
+    result = simulate_any(cfg)
     row = result.summary()
     row["seed"] = cfg.seed
+    if cfg.pairs > 1:
+        row["pairs"] = cfg.pairs
+    if cfg.pair_events:  # a pair lost or added: what failed, how soon a new pair served
+        row["unfinished"] = int(row["requests"]) - int(row["finished"])
+        row["join_serving_s"] = max(join_delays(result), default=0.0)
     if cfg.replicas_reported:
         row["replicas"] = cfg.replicas
         row.update(result.replica_summary())
@@ -223,6 +256,8 @@ def main(args: argparse.Namespace) -> int:
     if p.scenario is not None:
         return run_scenario(p.args, p.scenario, p.configs)
     args, seeds, cfgs = p.args, p.seeds, p.configs
+    if args.oracle:
+        cfgs = cfgs + [replace(c, policy=ORACLE) for c in cfgs if c.policy == ADAPTIVE]
     t0 = time.monotonic()
 
     def progress(r: dict[str, float | int | str]) -> None:

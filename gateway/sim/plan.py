@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.emulator.engine_types import SLOPE_MAX, check_spec_cost_scale
 from gateway.emulator.spec import parse_spec_config
 from gateway.routing.factory import ADAPTIVE, POLICY_NAMES, STATIC_BASELINES
+from gateway.sim.fleet import ONE_REGIME
 from gateway.sim.records import SimConfig
 from gateway.sim.run import DYNAMIC_SD
 from gateway.sim.scenarios import Pair, Phase, Scenario, from_schedule, get_scenario
 
-POLICIES = (*POLICY_NAMES, DYNAMIC_SD)
+POLICIES = (*POLICY_NAMES, DYNAMIC_SD, ONE_REGIME)
 DEFAULT_POLICIES = (ADAPTIVE, *STATIC_BASELINES)
 # The engine-pair flags a scenario may set (Pair's fields; argparse leaves them None when not
 # given), and their defaults where neither the command line nor the scenario sets them.
@@ -74,6 +75,29 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--dynamic-sd-max-batch must be >= 1")
     if args.replicas is not None and not 1 <= args.replicas <= 64:
         raise ValueError("--replicas must be 1..64")
+    pairs = getattr(args, "pairs", 1)
+    if not 1 <= pairs <= 256:
+        raise ValueError("--pairs must be 1..256")
+    if pairs > 1 and (args.replicas or 1) > 1:
+        raise ValueError("--pairs and --replicas: one gateway replica in front of a fleet")
+    pair_events(getattr(args, "pair_events", None))
+
+
+def pair_events(spec: str | None) -> tuple[tuple[float, int], ...]:
+    """``--pair-events 'SECONDS:-1,SECONDS:+1'``: a pair lost or added at those times."""
+    out = []
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        t, _, d = item.partition(":")
+        try:
+            at, delta = float(t), int(d)
+        except ValueError:
+            raise ValueError(f"bad --pair-events item {item!r} (SECONDS:-1 or SECONDS:+1)") from None
+        if delta not in (-1, 1) or at < 0:
+            raise ValueError(f"bad --pair-events item {item!r} (SECONDS:-1 or SECONDS:+1)")
+        out.append((at, delta))
+    return tuple(out)
 
 
 def sim_config(
@@ -114,6 +138,8 @@ def sim_config(
         peers=args.peers,
         peer_lag_s=args.peer_lag_ms / 1000.0,
         dynamic_k=((1, args.dynamic_sd_max_batch, args.k), (args.dynamic_sd_max_batch + 1, 1 << 20, 0)),
+        pairs=getattr(args, "pairs", 1) or 1,
+        pair_events=pair_events(getattr(args, "pair_events", None)),
     )
 
 
@@ -134,6 +160,13 @@ def plan(args: argparse.Namespace) -> Plan:
     bad = [p for p in policies if p not in POLICIES]
     if sc is not None:
         sc = sc.scaled(args.time_scale)
+        n = getattr(args, "pairs", 1) or 1
+        if n > 1:  # a fleet: each pair sees about the scenario's load (the total is n times it)
+            sc = replace(
+                sc,
+                phases=tuple(replace(p, start_qps=p.start_qps * n, end_qps=p.end_qps * n) for p in sc.phases),
+                description=f"{sc.description} (× {n} pairs)",
+            )
         if bad or not policies:
             raise ValueError(f"bad --policies {bad}")
         q0, span = sc.phases[0].start_qps, sc.duration_s

@@ -64,6 +64,10 @@ class SimConfig:
     # Bodies carry each request's seed, as the scenario bench sends them (so that a sampled
     # answer is the same draw for every policy); the gateway then moves no sampled stream.
     seeded_bodies: bool = False
+    # A fleet (gateway.sim.fleet): this many pairs, each on its own device (qps: the total),
+    # and pairs lost (-1) or added (+1) at given times.
+    pairs: int = 1
+    pair_events: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass
@@ -83,6 +87,7 @@ class RequestRecord:
     steps: int = 0  # engine emissions that carried tokens
     replica: int = 0  # which gateway replica routed it
     migrated: bool = False  # moved to the sibling engine at a mode flip
+    engine: str = ""  # the engine it ran on last (fleet runs: which pair, e.g. "spec3")
 
 
 @dataclass

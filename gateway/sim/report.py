@@ -46,6 +46,10 @@ def _f(v: object, nd: int = 2) -> str:
     return str(v)
 
 
+# rows that are not a static setup: the fleet's oracle (a search) and one regime for all pairs
+_NOT_STATIC = frozenset({ADAPTIVE, "oracle", "one-regime"})
+
+
 def markdown(rows: Sequence[Row]) -> str:
     """One line per QPS: each policy's mean/p99 TPOT, and adaptive's ratio to the best static."""
     by: dict[float, dict[str, Row]] = {}
@@ -67,7 +71,7 @@ def markdown(rows: Sequence[Row]) -> str:
         for p in policies:
             pr = row.get(p)
             cells.append(f"{_f(pr['mean_tpot_ms'])} / {_f(pr['p99_tpot_ms'])}" if pr else "–")
-        statics = [float(row[p]["mean_tpot_ms"]) for p in policies if p != "adaptive" and p in row]
+        statics = [float(row[p]["mean_tpot_ms"]) for p in policies if p not in _NOT_STATIC and p in row]
         ad = row.get("adaptive")
         if ad and statics:
             cells.append(_f(float(ad["mean_tpot_ms"]) / min(statics), 3))

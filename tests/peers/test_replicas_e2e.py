@@ -20,7 +20,7 @@ from gateway.api.state import STATE
 from gateway.config import GatewayConfig
 from gateway.peers.bus import MemoryHub, PeerBus
 from gateway.peers.service import PeerService
-from gateway.routing.adaptive import AdaptivePolicy
+from gateway.placement import FleetPolicy
 from tests.peers.helpers import redis_server, within
 
 pytestmark = pytest.mark.timeout(90)
@@ -98,8 +98,9 @@ async def test_two_replicas_share_requests_answers_and_one_regime(
         a.peers._send_counts()  # a's heartbeat now, not at its next renewal
         hearing = b.peers
         await until("b to hear a", lambda: "a" in hearing.peer_names(), hearing)
-        pa, pb = a.models[MODEL].policy, b.models[MODEL].policy
-        assert isinstance(pa, AdaptivePolicy) and isinstance(pb, AdaptivePolicy)
+        fa, fb = a.models[MODEL].policy, b.models[MODEL].policy
+        assert isinstance(fa, FleetPolicy) and isinstance(fb, FleetPolicy)  # one pair: its policy decides
+        pa, pb = fa.primary, fb.primary
         client = await within(
             "the OpenAI client",
             asyncio.to_thread(

@@ -18,17 +18,17 @@ from typing import Protocol, cast
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("gateway.api.cli_serve", "run the gateway in front of real (or emulated) vLLM engines"),
     "demo": (
-        "gateway.lab.demo",
+        "specgate_lab.demo",
         "start an emulated engine pair on one device timeline plus the gateway, and show routing",
     ),
-    "emulate": ("gateway.emulator.cli_emulate", "run a GPU-free emulated vLLM OpenAI server"),
+    "emulate": ("specgate_lab.emulator.cli_emulate", "run a GPU-free emulated vLLM OpenAI server"),
     "simulate": (
-        "gateway.sim.cli_simulate",
+        "specgate_lab.sim.cli_simulate",
         "socket-free discrete-event run of the routing core against the engine model",
     ),
-    "bench": ("gateway.bench.cli_bench", "end-to-end policy benchmark: QPS sweep through real sockets"),
+    "bench": ("specgate_lab.bench.cli_bench", "end-to-end policy benchmark: QPS sweep through real sockets"),
     "advise": (
-        "gateway.advisor.cli",
+        "specgate_lab.advisor.cli",
         "offline: what an n-gram speculative engine would accept and gain on a JSONL log of answers",
     ),
     "config-reference": (

@@ -27,7 +27,7 @@ policies that define it. What keeps the later stages from reaching into the poli
 rule (c): ``engines``, ``proxy`` and ``telemetry`` may import only ``gateway.routing.types``
 from routing (:data:`ROUTING_VOCABULARY_ONLY`).
 
-The composed demos (``gateway/lab/``: the emulated pair, the gateway and Prometheus in
+The composed demos (``lab/specgate_lab/``: the emulated pair, the gateway and Prometheus in
 one process) sit on top and may import anything below them.
 """
 
@@ -274,7 +274,7 @@ def lazy() -> None:
 
 class K:
     def m(self) -> None:
-        import gateway.workload as w
+        import specgate_lab.workload as w
 """
 
 
@@ -287,7 +287,7 @@ def test_the_reader_sees_every_kind_of_import() -> None:
         "gateway.proxy.sse",
         "gateway.text.tokens",
         "gateway.wire.headers",
-        "gateway.workload",
+        "specgate_lab.workload",
     ]
 
 

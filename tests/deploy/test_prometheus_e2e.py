@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 import gateway.api.app
-import gateway.emulator.launch  # noqa: F401  (imported here, not on the event loop)
-from gateway.lab.promlab import Lab, run_load, start_lab
+import specgate_lab.emulator.launch  # noqa: F401  (imported here, not on the event loop)
+from specgate_lab.promlab import Lab, run_load, start_lab
 from tests.deploy.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

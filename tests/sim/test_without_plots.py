@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench import cli_bench
-from gateway.bench.report import write_all
+from specgate_lab.bench import cli_bench
+from specgate_lab.bench.report import write_all
 from tests.bench.test_bench_parts import _rows
 
 # Run as a user would, with matplotlib unimportable (as after `pip install specgate`).

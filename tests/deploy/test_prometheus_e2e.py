@@ -23,8 +23,8 @@ import aiohttp
 import pytest
 import yaml
 
-import gateway.api.app
-import specgate_lab.emulator.launch  # noqa: F401  (imported here, not on the event loop)
+import gateway.api.app  # noqa: F401  (imported here, not on the event loop)
+import specgate_lab.emulator.launch  # noqa: F401
 from specgate_lab.promlab import Lab, run_load, start_lab
 from tests.deploy.helpers import require_tool
 

@@ -125,7 +125,8 @@ class Engine:
         prompt_tokens: list[str] | None = None,
         n_param: int = 1,
     ) -> EngineRequest:
-        """The answer starts where the prompt's text says (:func:`~specgate_lab.emulator.thinking.answer_for`)."""
+        """The answer starts where the prompt's text says
+        (:func:`~specgate_lab.emulator.thinking.answer_for`)."""
         counter = next(self._ids)
         toks = prompt_tokens if prompt_tokens is not None else model_tokenize(prompt)
         s = answer_seed(seed, self.config.seed, counter, temperature)

@@ -118,7 +118,8 @@ def phases_from_schedule(
 
 
 def from_schedule(spec: str, mix: str | None = None, temperature: str | None = None) -> Scenario:
-    """A scenario from a ``--schedule`` spec (see :mod:`specgate_lab.workload.schedule`); ValueError if bad."""
+    """A scenario from a ``--schedule`` spec (see :mod:`specgate_lab.workload.schedule`);
+    ValueError if bad."""
     phases = phases_from_schedule(parse_schedule(spec), mix, temperature)
     if all(p.peak_qps <= 0 for p in phases):
         raise ValueError(f"schedule {spec!r} never sends a request")

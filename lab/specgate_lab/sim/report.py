@@ -79,12 +79,12 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PLOTS_EXTRA = "pip install 'specgate[plots]'"
+PLOTS_EXTRA = "pip install 'specgate-lab[plots]'"
 
 
 def pyplot() -> Any | None:
     """matplotlib's pyplot on its file backend, or None when matplotlib is not installed
-    (a runtime-only install): plots are optional, the results never depend on them, so the
+    (the lab without its plots extra): plots are optional, the results never depend on them, so the
     caller skips its plot and this says once, on stderr, which extra draws it."""
     try:
         import matplotlib

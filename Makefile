@@ -12,9 +12,12 @@ $(BIN)/python:
 
 # The runtime (aiohttp, pydantic, prometheus-client, OpenTelemetry) and the lab tools beside
 # it (./lab: the emulator and the demo, no dependency of their own): what `demo` needs.
+# Both are built in the venv itself (its setuptools brought up to the build's floor first):
+# one build environment instead of an isolated one per project, a few seconds less.
 $(LAB_STAMP): pyproject.toml lab/pyproject.toml | $(BIN)/python
 	@echo "installing specgate (the runtime) and specgate-lab (the tools) into $(VENV) ..."
-	$(BIN)/python -m pip install --progress-bar off -e . -e ./lab
+	$(BIN)/python -m pip install --progress-bar off 'setuptools>=77'
+	$(BIN)/python -m pip install --progress-bar off --no-build-isolation -e . -e ./lab
 	touch $@
 
 # Everything the suite needs on top (lint, types, tests, Locust, plots): `test` and friends.

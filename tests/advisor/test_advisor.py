@@ -10,11 +10,11 @@ from xml.etree import ElementTree
 import pytest
 
 from gateway import cli
-from gateway.advisor import cli as advise_cli
 from gateway.advisor.replay import answer_of, replay
 from gateway.advisor.report import Advice
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
+from specgate_lab.advisor import cli as advise_cli
 from specgate_lab.workload.export import main as export_main
 
 WORDS = " ".join(f"w{i}" for i in range(1, 13))

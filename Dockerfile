@@ -1,7 +1,10 @@
-# specgate container image: the gateway (`specgate serve`) and, from the same image,
-# the GPU-free vLLM emulator (`specgate emulate`).
+# specgate container image: the gateway (`specgate serve`), the runtime only. With
+# SPECGATE_LAB=true the same recipe adds the lab tools (specgate-lab, ./lab): the GPU-free
+# vLLM emulator (`specgate emulate`) that the emulated engine pairs run (compose's
+# emulated profile, deploy/k8s/engines/emulated-pair), the simulator, the bench.
 #
 #   docker build -t specgate:0.1.0 .
+#   docker build --build-arg SPECGATE_LAB=true -t specgate-lab:0.1.0 .
 #   docker run --rm -p 8000:8000 -v "$PWD/my-config.yaml:/etc/specgate/config.yaml:ro" specgate:0.1.0
 #
 # Plain Dockerfile syntax (no BuildKit-only features), so docker's classic builder,
@@ -15,24 +18,33 @@ ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm
 
 # ---- stage 1: build the specgate wheel and a self-contained virtual environment -------
 FROM ${PYTHON_IMAGE} AS build
+# true: install the lab tools as well (the image the emulated engine pairs run).
+ARG SPECGATE_LAB=false
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-# Only what the wheel needs; .dockerignore keeps tests, caches and virtualenvs out.
+# Only what the wheels need; .dockerignore keeps tests, caches and virtualenvs out.
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
+COPY lab ./lab
 # Build the wheel, then install it (and its pinned-by-range dependencies, all of which
 # ship wheels: aiohttp, uvloop, pydantic-core, ...; with the peer channel's Redis client,
 # both OTLP trace exporters (http/protobuf and gRPC) and the Kubernetes client that
 # discovery from EndpointSlices uses) into /opt/specgate.
+# The lab's wheel (no dependency of its own) joins only when SPECGATE_LAB=true; the runtime
+# image is checked to hold no lab module.
 # Byte-code is compiled here because the runtime root filesystem is read-only.
-RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+RUN python -m pip wheel --no-deps --wheel-dir /dist . ./lab \
  && python -m venv /opt/specgate \
- && /opt/specgate/bin/python -m pip install --only-binary=:all: "$(ls /dist/specgate-*.whl)[peers,otlp,k8s]" \
+ && set -- "$(ls /dist/specgate-*.whl)[peers,otlp,k8s]" \
+ && if [ "$SPECGATE_LAB" = true ]; then set -- "$@" "$(ls /dist/specgate_lab-*.whl)"; fi \
+ && /opt/specgate/bin/python -m pip install --only-binary=:all: "$@" \
  && /opt/specgate/bin/python -m pip uninstall -y pip setuptools wheel \
  && /opt/specgate/bin/python -c "import uvloop, aiohttp, pydantic, brotli, redis.asyncio, kubernetes_asyncio.watch, gateway.cli" \
  && /opt/specgate/bin/python -c "import opentelemetry.exporter.otlp.proto.grpc.trace_exporter, opentelemetry.exporter.otlp.proto.http.trace_exporter" \
+ && if [ "$SPECGATE_LAB" = true ]; then /opt/specgate/bin/python -c "import specgate_lab.emulator.cli_emulate"; \
+    else /opt/specgate/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('specgate_lab') is not None)"; fi \
  && python -m compileall -q /opt/specgate
 
 # ---- stage 2: the runtime image ------------------------------------------------------
@@ -54,7 +66,7 @@ COPY deploy/compose/gateway.yaml /etc/specgate/config.yaml
 # Configuration: the file above, overridable by SPECGATE_* environment variables
 # (SPECGATE_SERVER__PORT=9000, SPECGATE_API_KEYS=client-key-1,client-key-2, SPECGATE_CONFIG=/path, ...).
 # In a container the gateway must listen on all interfaces, whatever a mounted file
-# says. SPECGATE_HEALTH_PORT only steers the HEALTHCHECK below, e.g. when the image
+# says. SPECGATE_HEALTH_PORT only steers the HEALTHCHECK below, e.g. when the lab image
 # runs `specgate emulate` on another port.
 ENV PATH=/opt/specgate/bin:$PATH \
     PYTHONUNBUFFERED=1 \

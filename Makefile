@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-RUNTIME_STAMP := $(VENV)/.runtime-stamp
+LAB_STAMP := $(VENV)/.lab-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
 .PHONY: demo test lint typecheck unit system-deps bench loadtest clean
@@ -10,21 +10,25 @@ DEV_STAMP := $(VENV)/.dev-stamp
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# The runtime alone (aiohttp, pydantic, prometheus-client, OpenTelemetry): what `demo` needs.
-$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
-	@echo "installing specgate's runtime dependencies into $(VENV) ..."
-	$(BIN)/python -m pip install --progress-bar off -e .
+# The runtime (aiohttp, pydantic, prometheus-client, OpenTelemetry) and the lab tools beside
+# it (./lab: the emulator and the demo, no dependency of their own): what `demo` needs.
+# Both are built in the venv itself (its setuptools brought up to the build's floor first):
+# one build environment instead of an isolated one per project, a few seconds less.
+$(LAB_STAMP): pyproject.toml lab/pyproject.toml | $(BIN)/python
+	@echo "installing specgate (the runtime) and specgate-lab (the tools) into $(VENV) ..."
+	$(BIN)/python -m pip install --progress-bar off 'setuptools>=77'
+	$(BIN)/python -m pip install --progress-bar off --no-build-isolation -e . -e ./lab
 	touch $@
 
 # Everything the suite needs on top (lint, types, tests, Locust, plots): `test` and friends.
-$(DEV_STAMP): pyproject.toml | $(BIN)/python
+$(DEV_STAMP): pyproject.toml lab/pyproject.toml | $(BIN)/python
 	@echo "installing specgate with its development tools into $(VENV) (a minute or two) ..."
 	$(BIN)/python -m pip install --progress-bar off --upgrade pip
-	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
-	touch $@ $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]' -e './lab[plots]'
+	touch $@ $(LAB_STAMP)
 
 ## demo: two emulated engines sharing one device timeline + the gateway on :8000
-demo: $(RUNTIME_STAMP)
+demo: $(LAB_STAMP)
 	$(BIN)/specgate demo
 
 ## bench: policy benchmark through real sockets (emulated pair + gateway per policy and QPS, ~10 min)
@@ -42,8 +46,8 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check gateway tests loadtests
-	$(BIN)/ruff format --check gateway tests loadtests
+	$(BIN)/ruff check gateway lab tests loadtests
+	$(BIN)/ruff format --check gateway lab tests loadtests
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy

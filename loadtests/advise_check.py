@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.advisor.replay import replay
 from gateway.advisor.report import Advice, bucket_label
-from gateway.emulator.launch import pair_launches, start_group
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
 from gateway.text.suffix import SuffixSettings
 from gateway.wire.sse import EventDecoder, json_payloads
-from gateway.workload.sampler import iter_requests, to_openai_body
+from specgate_lab.emulator.launch import pair_launches, start_group
+from specgate_lab.workload.sampler import iter_requests, to_openai_body
 
 SETTINGS = LookupSettings(k=5, n_min=2, n_max=5)  # the emulated pair's n-gram engine
 SUFFIX = SuffixSettings(k=16)  # the suffix engine of --method suffix (vLLM's other defaults)

@@ -53,8 +53,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.bench.envoy import envoy_binary, write_envoy_config
-from gateway.bench.procs import child_pids, process_cpu_s
+from specgate_lab.bench.envoy import envoy_binary, write_envoy_config
+from specgate_lab.bench.procs import child_pids, process_cpu_s
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -334,7 +334,7 @@ def run_load(
 
 def _cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and its child processes (nginx workers), all threads, in seconds
-    (scheduler run time: :func:`gateway.bench.procs.process_cpu_s`)."""
+    (scheduler run time: :func:`specgate_lab.bench.procs.process_cpu_s`)."""
     return sum(process_cpu_s(p) or 0.0 for p in [pid, *child_pids(pid)])
 
 

@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.bench.procs import emulated_pair_model, free_port, process_cpu_s, start_serve  # noqa: E402
-from gateway.emulator.launch import pair_launches, start_group  # noqa: E402
+from specgate_lab.bench.procs import emulated_pair_model, free_port, process_cpu_s, start_serve  # noqa: E402
+from specgate_lab.emulator.launch import pair_launches, start_group  # noqa: E402
 
 MODEL = "qwen3-8b"
 CHAT = {

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "loadtests"))
 
 from bench_overhead import GATEWAY_CONF, _free_port, _wait_http  # noqa: E402
 
-from gateway.bench.procs import process_cpu_s  # noqa: E402
+from specgate_lab.bench.procs import process_cpu_s  # noqa: E402
 from tests.epp.extproc_wire import request_body, request_headers, response_headers  # noqa: E402
 
 BODY = {

@@ -11,7 +11,7 @@ n-gram lookup 2..5 and 5..5 × seeds 1-3 × 25/50/75/90 % of the fleet's capacit
 ``--capacity`` req/s, one pair's capacity under the better static). Every run of a cell sees
 the same arrivals; each is one job: adaptive, the two static fleets (every pair in one
 regime, the least-loaded pair) and each candidate of the oracle's search
-(:mod:`gateway.sim.oracle`; its classes ordered by what the static fleets measured). A
+(:mod:`specgate_lab.sim.oracle`; its classes ordered by what the static fleets measured). A
 cell gives adaptive ÷ the best static (mean and p99 TPOT) and ÷ the oracle, and whether the
 classes differ in what speculation buys there (the oracle is ≥ 5 % ahead of the best
 static). Targets: mean ≤ 1.01 × best static everywhere, ≤ 0.95 ×
@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.sim.fleet import simulate_fleet
-from gateway.sim.oracle import best_of, by_measured_gain, candidates, kind_tpot
-from gateway.sim.records import SimConfig
+from specgate_lab.sim.fleet import simulate_fleet
+from specgate_lab.sim.oracle import best_of, by_measured_gain, candidates, kind_tpot
+from specgate_lab.sim.records import SimConfig
 
 MIXES = {
     "corpus": None,
@@ -98,7 +98,7 @@ def first_runs(cell: Cell) -> list[SimConfig]:
 
 
 def oracle_runs(cell: Cell, spec: dict[str, float], base: dict[str, float]) -> list[SimConfig]:
-    """The oracle's candidates beyond the two static fleets (:mod:`gateway.sim.oracle`)."""
+    """The oracle's candidates beyond the two static fleets (:mod:`specgate_lab.sim.oracle`)."""
     order = by_measured_gain(spec, base, sorted(set(spec) | set(base)))
     return [replace(cell.cfg, policy=p) for p in candidates(order, cell.cfg.pairs)[2:]]
 

@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))  # the strategies live with the tests
 import yaml  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from gateway.bench.procs import emulated_pair_model  # noqa: E402
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group  # noqa: E402
+from specgate_lab.bench.procs import emulated_pair_model  # noqa: E402
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group  # noqa: E402
 from tests.fuzz.hostile import Case, cases, check, send  # noqa: E402
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"

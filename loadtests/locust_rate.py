@@ -40,7 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.bench.procs import Proc, child_pids, emulated_pair_model, free_port, process_cpu_s  # noqa: E402
+from specgate_lab.bench.procs import Proc, child_pids, emulated_pair_model, free_port, process_cpu_s  # noqa: E402
 
 LOCUSTFILE = ROOT / "loadtests" / "locustfile.py"
 METRICS = ("TTFT", "ITL", "TPOT")

@@ -1,13 +1,13 @@
 """Locust kit for specgate (or any OpenAI-compatible chat endpoint, vLLM included).
 
 Users send streaming ``/v1/chat/completions`` requests drawn from specgate's prompt corpus
-(``gateway.workload``: copy-heavy code edits, summaries/extraction/quoting over pasted
+(``specgate_lab.workload``: copy-heavy code edits, summaries/extraction/quoting over pasted
 documents, RAG questions, open chat) at a configurable temperature distribution.
 Arrivals are open-loop: one Poisson stream follows the ``--qps`` schedule and each idle
 user of a pool takes the next arrival, so the offered load holds whatever the latency as
 long as the pool can hold the requests in flight. ``--pool auto`` (the default) sizes it
 from the schedule's peak QPS and the answers' latency
-(``gateway.workload.schedule.pool_size``) and grows it as the run goes; the run warns
+(``specgate_lab.workload.schedule.pool_size``) and grows it as the run goes; the run warns
 when requests still leave late.
 
 Locust rows (request type / name):
@@ -65,10 +65,10 @@ from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize
 from gateway.wire.sse import ChatStream
-from gateway.workload import TemperatureDist, parse_mix, sample, to_openai_body
-from gateway.workload.schedule import PoissonPacer, Schedule, grown_pool, parse_schedule, pool_size
+from specgate_lab.bench.stats import CSV_FIELDS, RequestRecord, summarize
+from specgate_lab.workload import TemperatureDist, parse_mix, sample, to_openai_body
+from specgate_lab.workload.schedule import PoissonPacer, Schedule, grown_pool, parse_schedule, pool_size
 
 ROUTE_HEADER = "x-specgate-route"
 REASON_HEADER = "x-specgate-reason"

@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.emulator.device import Device
-from gateway.sim import cli_simulate
+from specgate_lab.emulator.device import Device
+from specgate_lab.sim import cli_simulate
 
 SHARES = (0.25, 0.5, 0.75, 0.9)  # reasoning's share of an answer's tokens
 

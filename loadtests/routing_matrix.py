@@ -5,7 +5,7 @@
     PYTHONPATH=. python3 loadtests/routing_matrix.py --list            # the cells and their commands
     PYTHONPATH=. python3 loadtests/routing_matrix.py --quick --only eagle3 --jobs 2 --out /tmp/q
 
-Every cell is a ``specgate simulate`` command line (built through :mod:`gateway.sim.plan`, so
+Every cell is a ``specgate simulate`` command line (built through :mod:`specgate_lab.sim.plan`, so
 the same arguments to ``specgate simulate`` reproduce it), run with adaptive and the two
 statics on identical arrivals, socket-free. Cells: every committed scenario at seeds 1-3
 (the EAGLE-3 family among them, group ``eagle3``); the stationary sweeps (lookup 5 and 2,
@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.sim import scenario_report
-from gateway.sim.agreement import switch_spread
-from gateway.sim.analysis import Slo
-from gateway.sim.cli_simulate import configure
-from gateway.sim.plan import Plan, plan
-from gateway.sim.records import RequestRecord, SimConfig
-from gateway.sim.run import simulate
-from gateway.sim.scenarios import SCENARIOS
+from specgate_lab.sim import scenario_report
+from specgate_lab.sim.agreement import switch_spread
+from specgate_lab.sim.analysis import Slo
+from specgate_lab.sim.cli_simulate import configure
+from specgate_lab.sim.plan import Plan, plan
+from specgate_lab.sim.records import RequestRecord, SimConfig
+from specgate_lab.sim.run import simulate
+from specgate_lab.sim.scenarios import SCENARIOS
 
 STATICS = ("always-spec", "always-base")
 ALL = "adaptive,always-spec,always-base"

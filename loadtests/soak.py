@@ -61,15 +61,15 @@ import aiohttp
 import psutil
 import yaml
 
-from gateway.bench.procs import emulated_pair_model, start_serve
 from gateway.config.epp import EppLimits
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.bench.procs import emulated_pair_model, start_serve
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from epp_attack import ATTACKS as _EPP_ATTACKS  # sibling scripts
 from epp_attack_harness import epp_attacks
 
-from gateway.workload.sampler import iter_requests, to_openai_body
+from specgate_lab.workload.sampler import iter_requests, to_openai_body
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
 REPO = Path(__file__).resolve().parents[1]

@@ -62,7 +62,7 @@ if [[ "${1:-}" == "--emulated" ]]; then
   "$PY" -m gateway emulate --pair --spec-port "$SP" --base-port "$BP" >"$OUT/emulator.log" 2>&1 &
   PIDS+=($!)
   wait_http "http://127.0.0.1:$SP/health" 60; wait_http "http://127.0.0.1:$BP/health" 60
-  "$PY" -c "import sys, yaml; from gateway.bench.procs import gateway_config as g; \
+  "$PY" -c "import sys, yaml; from specgate_lab.bench.procs import gateway_config as g; \
 yaml.safe_dump(g(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), 'adaptive'), open(sys.argv[4], 'w'))" \
     "$GP" "$SP" "$BP" "$OUT/gateway.yaml"
   "$PY" -m gateway serve --config "$OUT/gateway.yaml" >"$OUT/gateway.log" 2>&1 &
@@ -73,7 +73,7 @@ else
   BASE_URL=${1:-http://127.0.0.1:8000}
 fi
 
-"$PY" -m gateway.workload --n "$NUM_PROMPTS" --seed "$SEED" --mix "$MIX" --format vllm \
+"$PY" -m specgate_lab.workload --n "$NUM_PROMPTS" --seed "$SEED" --mix "$MIX" --format vllm \
   --out "$OUT/corpus.jsonl"
 
 # shellcheck disable=SC2086

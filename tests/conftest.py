@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from gateway.config import GatewayConfig, load_config
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 # CPU time of the loop thread in one callback (0.5 flagged 0.01-s tests at 0.5-0.8 s on a
 # loaded 2-core host)

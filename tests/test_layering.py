@@ -27,8 +27,15 @@ policies that define it. What keeps the later stages from reaching into the poli
 rule (c): ``engines``, ``proxy`` and ``telemetry`` may import only ``gateway.routing.types``
 from routing (:data:`ROUTING_VOCABULARY_ONLY`).
 
-The composed demos (``gateway/lab/``: the emulated pair, the gateway and Prometheus in
-one process) sit on top and may import anything below them.
+The lab tools are not part of ``gateway/``: they are the second distribution's package
+``specgate_lab`` (``lab/specgate_lab/``: emulator, workload, simulator, bench, the demos,
+the advisor's offline report). Two more rules hold for them:
+
+(e) the runtime never imports the lab: no import of ``specgate_lab`` anywhere under
+``gateway/``, and no module name of it in a string (an ``importlib`` call by name); the lab's
+commands reach the CLI through an entry point (``gateway.cli.COMMAND_GROUP``);
+(f) the lab's own packages are layered like the runtime's (:data:`LAB_LAYERS`); each may
+import any of ``gateway``.
 """
 
 from __future__ import annotations
@@ -40,18 +47,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "gateway"
+LAB_ROOT = Path(__file__).resolve().parents[1] / "lab" / "specgate_lab"
+ROOTS = {"gateway": ROOT, "specgate_lab": LAB_ROOT}
 
 # package -> layer. A package may import only packages of a strictly lower layer (so
 # packages of one layer are independent of each other). Top-level modules of ``gateway``
 # (cli.py, __main__.py) count as the package "cli".
 LAYERS: dict[str, int] = {
     # 0  foundations: pure helpers that import nothing of gateway's.
-    "text": 0,  # the cheap tokenizer and the prompt-lookup proposer (gateway and emulator)
+    "text": 0,  # the cheap tokenizer and the prompt-lookup proposer (gateway and the lab's emulator)
     "physics": 0,  # step-time profiles and the shared-device model
     "wire": 0,  # HTTP wire format: header names and hygiene, errors in OpenAI's shape, SSE reading
     # 1  pure cores on the foundations.
     "routing": 1,  # the routing core and its value types (pure: no I/O; see the docstring)
-    "workload": 1,  # the prompt corpus and target-QPS schedules
     # 2  what is built from the cores' types.
     "config": 2,  # config models (routing's policy config, wire's header checks)
     "pipeline": 2,  # request pipeline: body → features, answer → outcome (pure, shared with sim)
@@ -59,22 +67,32 @@ LAYERS: dict[str, int] = {
     # 3  runtime pieces, independent of each other.
     "engines": 3,  # live engine state, /metrics scraping, health checks (data path, last stage)
     "telemetry": 3,  # metrics, traces, logs: beside the data path, never imports api
-    "emulator": 3,  # the GPU-free vLLM stand-in: beside the data path, never imports api
-    "advisor": 3,  # what speculation would buy on logged traffic (replay + the routing's cost model)
+    "advisor": 3,  # live advice: what speculation would buy on this traffic (replay + the cost model)
     "envoy": 3,  # Envoy's side of the wire for the Endpoint Picker: HTTP/2 + gRPC, ext_proc, bootstrap
-    # 4  the upstream side, and the socket-free simulator.
+    # 4  the upstream side.
     "proxy": 4,  # forwards to engines: attempts, failover, relays (data path, after routing)
-    "sim": 4,  # discrete-event runs of routing + pipeline on the emulator's engine model
     "peers": 4,  # the optional channel between gateway replicas (beside the data path)
     "fleet": 4,  # pairs that join and leave: the live registry, config reloads, discovery sources
     "calibrate": 4,  # profile-fit: the step-time profile fitted to an engine pair's /metrics
-    # 5  the surface, and the benchmark that drives it through sockets.
+    # 5  the surface.
     "api": 5,  # the surfaces (OpenAI HTTP; Envoy's ext_proc in api/epp): admit, decide, forward, learn
-    "bench": 5,  # QPS sweeps and scenarios through real sockets (runs the gateway as processes)
-    # 6  composed demos: emulator + gateway + Prometheus; may import anything below.
-    "lab": 6,
     # 7  the command-line dispatcher (subcommands are imported by name, lazily).
     "cli": 7,
+}
+
+# The lab's packages (lab/specgate_lab/), the same way; its top-level modules (demo,
+# promlab, commands) count as "lab".
+LAB_LAYERS: dict[str, int] = {
+    # 0  independent tools on the runtime.
+    "workload": 0,  # the prompt corpus and target-QPS schedules
+    "emulator": 0,  # the GPU-free vLLM stand-in
+    "advisor": 0,  # `specgate advise`: the advisor's offline report on a JSONL log
+    # 1  the socket-free simulator: the routing core on the emulator's engine model.
+    "sim": 1,
+    # 2  QPS sweeps and scenarios through real sockets (runs the gateway as processes).
+    "bench": 2,
+    # 3  composed demos (emulator + gateway + Prometheus) and the CLI's table of commands.
+    "lab": 3,
 }
 
 # Packages below routing's decisions on the data path: they speak its vocabulary only.
@@ -82,23 +100,32 @@ ROUTING_VOCABULARY_ONLY = frozenset({"engines", "proxy", "telemetry", "peers", "
 ROUTING_VOCABULARY = "gateway.routing.types"
 
 
+def _root_of(path: Path) -> Path:
+    return LAB_ROOT if path.is_relative_to(LAB_ROOT) else ROOT
+
+
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+    rel = path.relative_to(_root_of(path).parent).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
 
 def package_of(module: str) -> str:
-    """``gateway.api.app`` → ``api``; top-level modules (``gateway.cli``) → ``cli``."""
+    """``gateway.api.app`` → ``api``; top-level modules (``gateway.cli``) → ``cli``; the
+    lab's alike (``specgate_lab.sim.run`` → ``sim``), its top-level modules → ``lab``."""
     parts = module.split(".")
+    top = "lab" if parts[0] == "specgate_lab" else "cli"
     if len(parts) < 2:
-        return "cli"
+        return top
     sub = parts[1]
-    return sub if (ROOT / sub).is_dir() else "cli"
+    return sub if (ROOTS.get(parts[0], ROOT) / sub).is_dir() else top
 
 
-def imported_modules(source: str, module: str, *, is_package: bool = False) -> Iterator[tuple[int, str]]:
-    """(line, absolute module) for every import in ``source`` (any nesting), ``gateway``'s only."""
+def imported_modules(
+    source: str, module: str, *, is_package: bool = False, of: str = "gateway"
+) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for every import in ``source`` (any nesting) of the package
+    ``of`` (``gateway``'s by default)."""
     tree = ast.parse(source)
     here = module.split(".") if is_package else module.split(".")[:-1]
     for node in ast.walk(tree):
@@ -115,26 +142,30 @@ def imported_modules(source: str, module: str, *, is_package: bool = False) -> I
         else:
             continue
         for name in dict.fromkeys(names):  # once per statement and module
-            if name == "gateway" or name.startswith("gateway."):
+            if name == of or name.startswith(of + "."):
                 yield node.lineno, name
 
 
 def _is_module(dotted: str) -> bool:
-    path = ROOT.parent.joinpath(*dotted.split("."))
+    root = ROOTS.get(dotted.split(".")[0], ROOT)
+    path = root.parent.joinpath(*dotted.split("."))
     return path.is_dir() or path.with_suffix(".py").is_file()
 
 
 Edge = tuple[str, str, str, str]  # (from package, to package, file:line, imported module)
 
 
-def gateway_edges() -> list[Edge]:
+def gateway_edges(tree: str = "gateway") -> list[Edge]:
+    """Edges between the packages of one tree (``gateway`` or ``specgate_lab``)."""
+    root = ROOTS[tree]
     edges: list[Edge] = []
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT.parent).as_posix()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
         module = module_name(path)
         src = package_of(module)
-        for line, target in imported_modules(path.read_text(), module, is_package=path.name == "__init__.py"):
-            if target == "gateway":
+        source = path.read_text()
+        for line, target in imported_modules(source, module, is_package=path.name == "__init__.py", of=tree):
+            if target == tree:
                 continue
             dst = package_of(target)
             if dst != src:
@@ -182,14 +213,14 @@ def edges() -> list[Edge]:
     return gateway_edges()
 
 
-def module_edges() -> dict[str, set[str]]:
-    """module -> the ``gateway`` modules it imports (a package stands for its ``__init__``)."""
+def module_edges(tree: str = "gateway") -> dict[str, set[str]]:
+    """module -> the modules of its tree it imports (a package stands for its ``__init__``)."""
     graph: dict[str, set[str]] = {}
-    for path in sorted(ROOT.rglob("*.py")):
+    for path in sorted(ROOTS[tree].rglob("*.py")):
         module = module_name(path)
         is_package = path.name == "__init__.py"
         targets = graph.setdefault(module, set())
-        for _, target in imported_modules(path.read_text(), module, is_package=is_package):
+        for _, target in imported_modules(path.read_text(), module, is_package=is_package, of=tree):
             if target != module and _is_module(target):
                 targets.add(target)
     return graph
@@ -218,8 +249,9 @@ def test_no_import_cycles_between_packages(edges: list[Edge]) -> None:
 KNOWN_MODULE_CYCLES: list[list[str]] = []
 
 
-def test_no_import_cycles_between_modules() -> None:
-    graph = module_edges()
+@pytest.mark.parametrize("tree", ["gateway", "specgate_lab"])
+def test_no_import_cycles_between_modules(tree: str) -> None:
+    graph = module_edges(tree)
     cycles = [c for c in package_cycles(graph) if c not in KNOWN_MODULE_CYCLES]
     detail = [
         f"{src} -> {dst}"
@@ -251,11 +283,66 @@ def test_later_stages_use_only_routings_vocabulary(edges: list[Edge]) -> None:
 
 def test_side_packages_never_import_the_surface(edges: list[Edge]) -> None:
     bad = [
-        f"{rel} imports {target}"
-        for src, dst, rel, target in edges
-        if src in {"telemetry", "emulator"} and dst == "api"
+        f"{rel} imports {target}" for src, dst, rel, target in edges if src == "telemetry" and dst == "api"
     ]
     assert not bad, "\n".join(bad)
+
+
+# -- the runtime and the lab -----------------------------------------------------------------
+# Where the lab's packages lived before they moved out of the runtime (a merge that brings a
+# file back there is undone by moving it under lab/specgate_lab/, with its imports).
+FORMER_LAB_PACKAGES = ("emulator", "sim", "bench", "workload", "lab")
+
+
+def test_the_runtime_never_imports_the_lab() -> None:
+    bad: list[str] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).as_posix()
+        source = path.read_text()
+        module = module_name(path)
+        found = imported_modules(source, module, is_package=path.name == "__init__.py", of="specgate_lab")
+        bad += [f"{rel}:{line} imports {target}" for line, target in found]
+        bad += [
+            f"{rel}:{node.lineno} names {node.value!r}"
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (node.value == "specgate_lab" or node.value.startswith("specgate_lab."))
+        ]
+    assert not bad, (
+        "the runtime must not import the lab (gateway.cli finds its commands by entry point):\n"
+        + ("\n".join(bad))
+    )
+
+
+def test_the_lab_tools_live_in_the_lab() -> None:
+    back = sorted(
+        p.relative_to(ROOT.parent).as_posix()
+        for name in FORMER_LAB_PACKAGES
+        for p in (ROOT / name).rglob("*.py")
+    )
+    assert not back, f"lab tools under gateway/ again (move them to lab/specgate_lab/): {back}"
+
+
+def test_every_lab_package_has_a_layer() -> None:
+    packages = {p.name for p in LAB_ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(packages - LAB_LAYERS.keys())
+    assert not missing, f"place the new package(s) {missing} in LAB_LAYERS (tests/test_layering.py)"
+
+
+def test_the_lab_is_layered_too() -> None:
+    edges = gateway_edges("specgate_lab")
+    graph: dict[str, set[str]] = {}
+    for src, dst, _, _ in edges:
+        graph.setdefault(src, set()).add(dst)
+    assert not package_cycles(graph)
+    bad = [
+        f"{rel} ({src}, layer {LAB_LAYERS[src]}) imports {target} ({dst}, layer {LAB_LAYERS[dst]})"
+        for src, dst, rel, target in edges
+        if LAB_LAYERS[dst] >= LAB_LAYERS[src]
+    ]
+    assert not bad, "imports against the lab's layering:\n" + "\n".join(bad)
+    assert ("sim", "emulator") in {(e[0], e[1]) for e in edges}  # the reader sees the lab's imports
 
 
 # -- the import reader itself --------------------------------------------------------------
@@ -276,7 +363,7 @@ def lazy() -> None:
 
 class K:
     def m(self) -> None:
-        import gateway.workload as w
+        import gateway.fleet as w
 """
 
 
@@ -285,11 +372,11 @@ def test_the_reader_sees_every_kind_of_import() -> None:
     assert sorted(found) == [
         "gateway.config.models",
         "gateway.engines.health",
+        "gateway.fleet",
         "gateway.physics",
         "gateway.proxy.sse",
         "gateway.text.tokens",
         "gateway.wire.headers",
-        "gateway.workload",
     ]
 
 

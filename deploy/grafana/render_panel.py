@@ -103,7 +103,7 @@ def plot(panel: dict[str, Any], series: list[Series], out: Path, subtitle: str) 
 
 
 async def with_lab(args: argparse.Namespace, panel: dict[str, Any]) -> tuple[list[Series], str]:
-    from gateway.lab.promlab import run_load, start_lab
+    from specgate_lab.promlab import run_load, start_lab
 
     with tempfile.TemporaryDirectory(prefix="specgate-lab-") as tmp:
         lab = await start_lab(Path(tmp), rule_files=[str(ALERTS)])

@@ -4,6 +4,7 @@
 #   deploy/image/build.sh                      # -> localhost/specgate:<version>
 #   deploy/image/build.sh -t specgate:dev      # another tag
 #   deploy/image/build.sh --base python:3.12.8-slim-bookworm   # a base you can pull
+#   deploy/image/build.sh --lab                # + the lab tools -> localhost/specgate-lab:<version>
 #
 # Without --base, a minimal Debian (bookworm) base with Python 3.11, pip and venv is made
 # locally by mmdebstrap from Debian's own mirror (about 20 s, 250 MB) and kept as
@@ -15,17 +16,22 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
-tag="localhost/specgate:${version}"
+tag=""
+lab=false
 base=""
 base_tag="localhost/specgate-base:bookworm"
 while [ $# -gt 0 ]; do
   case "$1" in
     -t|--tag) tag="$2"; shift 2 ;;
     --base) base="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --lab) lab=true; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ -z "$tag" ]; then
+  if [ "$lab" = true ]; then tag="localhost/specgate-lab:${version}"; else tag="localhost/specgate:${version}"; fi
+fi
 
 if command -v buildah >/dev/null 2>&1; then
   builder=buildah
@@ -69,8 +75,8 @@ if [ "$builder" = buildah ]; then
   ca=()
   [ -f /etc/ssl/certs/ca-certificates.crt ] && ca=(--volume /etc/ssl/certs:/etc/ssl/certs:ro)
   buildah build --quiet --isolation chroot --format docker "${ca[@]}" \
-    --build-arg "PYTHON_IMAGE=$base" -t "$tag" .
+    --build-arg "PYTHON_IMAGE=$base" --build-arg "SPECGATE_LAB=$lab" -t "$tag" .
 else
-  docker build --quiet --build-arg "PYTHON_IMAGE=$base" -t "$tag" .
+  docker build --quiet --build-arg "PYTHON_IMAGE=$base" --build-arg "SPECGATE_LAB=$lab" -t "$tag" .
 fi
 echo "built $tag"

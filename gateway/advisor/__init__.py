@@ -6,9 +6,11 @@
   predicted time per token of a speculative engine against the plain one at each load
   (from the step-time profile), hence the speed-up and the load where it turns into a
   slowdown;
-* :mod:`.cli`: ``specgate advise``, the offline report from a JSONL log of
-  OpenAI-format requests and answers.
+* :mod:`.metrics`: the live advice as Prometheus series (``GET /admin/advice`` serves it).
 
-Pure (no I/O but the command's files). Model-based drafters (EAGLE-3, draft models)
+The offline report from a JSONL log of OpenAI-format requests and answers (``specgate
+advise``, and its SVG plot) is a lab tool: ``specgate_lab.advisor``.
+
+Pure (no I/O). Model-based drafters (EAGLE-3, draft models)
 cannot be replayed without their weights: the report says so and does not guess them.
 """

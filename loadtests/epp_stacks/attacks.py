@@ -40,7 +40,7 @@ import epp_attack  # noqa: E402
 import stacks  # noqa: E402
 from bench import rss_mb  # noqa: E402
 
-from gateway.bench.procs import process_cpu_s  # noqa: E402
+from specgate_lab.bench.procs import process_cpu_s  # noqa: E402
 from tests.epp.extproc_wire import PROCESS, request_body, request_headers  # noqa: E402
 
 GOOD = [

@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import bench_overhead as bo  # noqa: E402
 import stacks  # noqa: E402
 
-from gateway.bench.envoy import envoy_binary  # noqa: E402
+from specgate_lab.bench.envoy import envoy_binary  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

@@ -63,11 +63,11 @@ from engines import MODEL, by_name  # noqa: E402
 from interleave import save_state, set_pin  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
-from gateway.bench.procs import Proc, free_port  # noqa: E402
-from gateway.bench.scenario_bench import SocketRecord, send_all  # noqa: E402
-from gateway.sim import analysis as an  # noqa: E402
-from gateway.sim import scenario_report  # noqa: E402
-from gateway.sim.scenarios import from_schedule, scenario_requests  # noqa: E402
+from specgate_lab.bench.procs import Proc, free_port  # noqa: E402
+from specgate_lab.bench.scenario_bench import SocketRecord, send_all  # noqa: E402
+from specgate_lab.sim import analysis as an  # noqa: E402
+from specgate_lab.sim import scenario_report  # noqa: E402
+from specgate_lab.sim.scenarios import from_schedule, scenario_requests  # noqa: E402
 
 PINS = {"adaptive": "auto", "always-spec": "spec", "always-base": "base"}
 DYNAMIC_SD = "dynamic-sd"  # the report's name for the direct engine

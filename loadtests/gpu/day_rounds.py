@@ -86,7 +86,7 @@ def _gm(xs: list[float]) -> float:
 
 
 # Student's t, two-sided 95 %, by degrees of freedom (rounds - 1); between entries the
-# lower one's (wider). Not gateway.bench.windows.paired_ratio's bootstrap: over the 2-4
+# lower one's (wider). Not specgate_lab.bench.windows.paired_ratio's bootstrap: over the 2-4
 # rounds a GPU session holds, resampling them gives little more than their range.
 _T95 = {
     1: 12.706,

@@ -32,7 +32,7 @@ BOS_ID, EOS_ID = 151643, 151645  # Qwen3's ids; the vocabulary puts the special 
 def corpus_words(samples: int = 4000, seed: int = 12345) -> list[str]:
     """Every distinct word / punctuation mark in ``samples`` corpus requests (sorted)."""
     from gateway.text import tokenize
-    from gateway.workload import sample
+    from specgate_lab.workload import sample
 
     rng = random.Random(seed)
     words: set[str] = set()

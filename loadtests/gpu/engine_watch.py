@@ -23,8 +23,8 @@ from typing import Any
 
 import aiohttp
 
-from gateway.bench.procs import child_pids, process_cpu_s
 from gateway.engines.parse import parse_metrics
+from specgate_lab.bench.procs import child_pids, process_cpu_s
 
 FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens")
 COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens")

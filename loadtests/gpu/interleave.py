@@ -18,7 +18,7 @@ it straight to that engine, no gateway (one engine with vLLM's Dynamic SD, say).
 
 Figures are per window (mean and p99 TPOT, overall and per temperature class); policies
 are compared round by round with bootstrap intervals over rounds
-(:mod:`gateway.bench.windows`). Outputs under ``--out``: windows.csv, requests.csv,
+(:mod:`specgate_lab.bench.windows`). Outputs under ``--out``: windows.csv, requests.csv,
 report.json, report.md, states.jsonl (the gateway's ``/admin/state`` after each window), and
 engines/ (each engine's /metrics every second of each window, :mod:`engine_watch`; windows.csv
 carries the window's preemptions, longest queue and fullest KV cache). ``--min-requests N``
@@ -57,10 +57,10 @@ from engine_watch import summarize  # noqa: E402
 from engines import MODEL, by_name  # noqa: E402
 from sweep import add_load_args, closed_loop, gateway_config, run_main, start_target  # noqa: E402
 
-from gateway.bench.procs import Proc, free_port  # noqa: E402
-from gateway.bench.stats import CSV_FIELDS  # noqa: E402
-from gateway.bench.windows import compare, report_md, slot_labels, window_row  # noqa: E402
 from gateway.routing.factory import POLICY_NAMES  # noqa: E402
+from specgate_lab.bench.procs import Proc, free_port  # noqa: E402
+from specgate_lab.bench.stats import CSV_FIELDS  # noqa: E402
+from specgate_lab.bench.windows import compare, report_md, slot_labels, window_row  # noqa: E402
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -40,9 +40,9 @@ sys.path.insert(0, HERE)
 from engines import MODEL, by_name  # noqa: E402
 from sweep import add_target_args, gateway_config, run_main, start_target  # noqa: E402
 
-from gateway.bench.procs import Proc, free_port  # noqa: E402
 from gateway.wire.sse import EventDecoder, json_payloads  # noqa: E402
-from gateway.workload import sample, to_openai_body  # noqa: E402
+from specgate_lab.bench.procs import Proc, free_port  # noqa: E402
+from specgate_lab.workload import sample, to_openai_body  # noqa: E402
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 

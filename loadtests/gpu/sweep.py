@@ -48,14 +48,14 @@ sys.path.insert(0, HERE)
 from engine_watch import watching  # noqa: E402
 from engines import ENGINES, MAX_NUM_SEQS, MODEL, Engine, by_name  # noqa: E402
 
-from gateway.bench.loadgen import stream_chat, tokens_within  # noqa: E402
-from gateway.bench.procs import Proc, free_port  # noqa: E402
-from gateway.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
 from gateway.engines.parse import MetricsSample, parse_metrics  # noqa: E402
 from gateway.physics import PROFILE_NAMES  # noqa: E402
 from gateway.routing.factory import ADAPTIVE, ALWAYS_BASE, ALWAYS_SPEC  # noqa: E402
 from gateway.routing.steptime import DEFAULT_PROFILE  # noqa: E402
-from gateway.workload import TemperatureDist, sample, to_openai_body  # noqa: E402
+from specgate_lab.bench.loadgen import stream_chat, tokens_within  # noqa: E402
+from specgate_lab.bench.procs import Proc, free_port  # noqa: E402
+from specgate_lab.bench.stats import CSV_FIELDS, RequestRecord, summarize  # noqa: E402
+from specgate_lab.workload import TemperatureDist, sample, to_openai_body  # noqa: E402
 
 POLICIES = (ALWAYS_BASE, ALWAYS_SPEC, ADAPTIVE)
 

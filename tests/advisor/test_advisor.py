@@ -10,12 +10,12 @@ from xml.etree import ElementTree
 import pytest
 
 from gateway import cli
-from gateway.advisor import cli as advise_cli
 from gateway.advisor.replay import answer_of, replay
 from gateway.advisor.report import Advice
 from gateway.pipeline.outcome import LookupSettings
 from gateway.routing.steptime import get_step_model
-from gateway.workload.export import main as export_main
+from specgate_lab.advisor import cli as advise_cli
+from specgate_lab.workload.export import main as export_main
 
 WORDS = " ".join(f"w{i}" for i in range(1, 13))
 COPY_PROMPT = f"Copy this: {WORDS} end"
@@ -135,7 +135,7 @@ def test_the_advise_command_writes_its_report(tmp_path: Path, monkeypatch: pytes
 
 
 def test_the_corpus_exports_what_advise_reads(tmp_path: Path) -> None:
-    """``python -m gateway.workload --format advise`` writes the corpus requests that have a
+    """``python -m specgate_lab.workload --format advise`` writes the corpus requests that have a
     reference answer as {request, answer} records, which the command replays whole."""
     log = tmp_path / "corpus.jsonl"
     assert export_main(["--n", "60", "--seed", "3", "--format", "advise", "--out", str(log)]) == 0

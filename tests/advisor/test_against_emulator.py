@@ -13,10 +13,10 @@ import pytest
 
 from gateway.advisor.replay import replay
 from gateway.advisor.report import Advice
-from gateway.emulator.launch import pair_launches, start_group
 from gateway.pipeline.outcome import LookupSettings
 from gateway.text.suffix import SuffixSettings
-from gateway.workload.sampler import iter_requests, to_openai_body
+from specgate_lab.emulator.launch import pair_launches, start_group
+from specgate_lab.workload.sampler import iter_requests, to_openai_body
 
 pytestmark = pytest.mark.timeout(120)
 

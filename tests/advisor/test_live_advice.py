@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
-from gateway.emulator.launch import pair_launches, start_group
 from gateway.telemetry import build_telemetry
+from specgate_lab.emulator.launch import pair_launches, start_group
 from tests.conftest import gateway_config_for
 
 pytestmark = pytest.mark.timeout(90)

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 from gateway.api.app import build_app
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig, load_config
-from gateway.emulator.launch import pair_launches, start_group
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import build_policy
 from gateway.routing.rules import NoEngineAvailable
 from gateway.routing.types import EngineView, ModelView, PairView, RequestFeatures, Route
 from gateway.telemetry import build_telemetry
+from specgate_lab.emulator.launch import pair_launches, start_group
 
 pytestmark = pytest.mark.timeout(90)
 

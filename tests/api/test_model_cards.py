@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.proxy.harness import harness
 
 

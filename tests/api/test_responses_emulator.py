@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
-from gateway.emulator.launch import EmulatorGroup
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.conftest import gateway_config_for
 from tests.emulator.prompts import EDITS
 from tests.emulator.sdk import sdk_client

@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.bench import cli_bench, scenario_bench
-from gateway.bench.loadgen import run_point
-from gateway.bench.report import markdown_table, write_all
+from specgate_lab.bench import cli_bench, scenario_bench
+from specgate_lab.bench.loadgen import run_point
+from specgate_lab.bench.report import markdown_table, write_all
 
 SEEN = web.AppKey("seen", list[dict[str, object]])
 
@@ -166,7 +166,7 @@ def test_from_json_republishes_without_running(tmp_path: Path) -> None:
 async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> None:
     """The scenario bench sends the simulator's very requests (seeded, at their arrival times)
     and records them on the scenario clock."""
-    from gateway.sim.scenarios import Phase, scenario_requests
+    from specgate_lab.sim.scenarios import Phase, scenario_requests
 
     work = scenario_requests(
         (Phase(0.3, 40.0, 40.0, "edit=1", "0.5"),), seed=2, mix=None, temperature="0", max_tokens_cap=16
@@ -183,7 +183,7 @@ async def test_scenario_requests_go_out_at_their_times_with_their_seeds() -> Non
 
 
 def test_requests_csv_holds_both_sides_request_by_request(tmp_path: Path) -> None:
-    from gateway.sim.records import RequestRecord as SimRecord
+    from specgate_lab.sim.records import RequestRecord as SimRecord
 
     bench = {"adaptive": [scenario_bench.SocketRecord(1.5, "spec", "join_running", 40, 0.02, 0.0051, 1.8)]}
     sim = {
@@ -241,9 +241,9 @@ def test_bad_scenario_arguments_are_refused(
 async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_are_sampled() -> None:
     """Client-side round robin over gateway replicas, and the samples that show a split:
     each replica's mode from GET /admin/state, each engine's running count from /metrics."""
-    from gateway.bench.procs import Stack
-    from gateway.sim.agreement import Sample
-    from gateway.sim.scenarios import Phase, scenario_requests
+    from specgate_lab.bench.procs import Stack
+    from specgate_lab.sim.agreement import Sample
+    from specgate_lab.sim.scenarios import Phase, scenario_requests
 
     work = scenario_requests(
         (Phase(0.6, 20.0, 20.0, "edit=1", "0"),), seed=3, mix=None, temperature="0", max_tokens_cap=8
@@ -277,8 +277,8 @@ async def test_scenario_requests_go_to_the_replicas_in_turn_while_their_modes_ar
 
 
 def test_replica_agreement_counts_split_samples() -> None:
-    from gateway.bench.replicas import mode_of, running_of
-    from gateway.sim.agreement import Sample, agreement
+    from specgate_lab.bench.replicas import mode_of, running_of
+    from specgate_lab.sim.agreement import Sample, agreement
 
     xs = [
         Sample(0.5, ("speculating", "fallback"), (1.0, 1.0)),  # before t0: not counted
@@ -296,7 +296,7 @@ def test_replica_agreement_counts_split_samples() -> None:
 
 
 def test_switch_spread_pairs_each_replicas_kth_switch() -> None:
-    from gateway.sim.agreement import Sample, switch_spread
+    from specgate_lab.sim.agreement import Sample, switch_spread
 
     s, f = "speculating", "fallback"
     modes = [(s, s), (f, s), (f, s), (f, f), (f, f), (s, f), (s, s)]  # 1.0 s, then 2.0 s apart

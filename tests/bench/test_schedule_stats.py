@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from gateway.bench.stats import RequestRecord, percentile, summarize
-from gateway.workload.schedule import PoissonPacer, grown_pool, parse_schedule, pool_size
+from specgate_lab.bench.stats import RequestRecord, percentile, summarize
+from specgate_lab.workload.schedule import PoissonPacer, grown_pool, parse_schedule, pool_size
 
 
 def test_step_schedule() -> None:

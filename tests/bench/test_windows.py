@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from gateway.bench.stats import RequestRecord
-from gateway.bench.windows import compare, mean_interval, paired_ratio, report_md, slot_labels, window_row
+from specgate_lab.bench.stats import RequestRecord
+from specgate_lab.bench.windows import (
+    compare,
+    mean_interval,
+    paired_ratio,
+    report_md,
+    slot_labels,
+    window_row,
+)
 
 
 def test_a_shared_drift_cancels_in_the_paired_ratio() -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.emulator.engine import EngineConfig
-from gateway.emulator.launch import PAIR_SPEC_CONFIG, EmulatorGroup, EngineLaunch, start_group
-from gateway.emulator.spec import parse_spec_config
 from gateway.physics import FittedProfile, get_profile, load_fitted
 from gateway.physics.fit import Window
+from specgate_lab.emulator.engine import EngineConfig
+from specgate_lab.emulator.launch import PAIR_SPEC_CONFIG, EmulatorGroup, EngineLaunch, start_group
+from specgate_lab.emulator.spec import parse_spec_config
 
 DEVICE_SCALE = 1.3
 TOLERANCE = 0.12  # 7 % worst when the host keeps up (docs/profile-fit.md), more when it lags

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.emulator import cli_emulate
+from specgate_lab.emulator import cli_emulate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

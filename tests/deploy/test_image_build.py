@@ -1,7 +1,8 @@
-"""The container image, actually built and run: `deploy/image/build.sh` makes a Debian base
-with mmdebstrap and builds the unmodified Dockerfile with buildah (no registry, no daemon).
-Then two containers of that image play the compose stack's emulated profile: one runs the
-emulated engine pair, the other the gateway as the image starts it (its ENTRYPOINT and
+"""The container images, actually built and run: `deploy/image/build.sh` makes a Debian base
+with mmdebstrap and builds the unmodified Dockerfile with buildah (no registry, no daemon),
+once as the runtime image and once with the lab tools (`--lab`). Then two containers play
+the compose stack's emulated profile: one of the lab image runs the emulated engine pair,
+one of the runtime image the gateway as the image starts it (its ENTRYPOINT and
 CMD, its default config with the engines moved to loopback ports by SPECGATE_* variables,
 as the user it declares), and the real OpenAI SDK sends routed requests through.
 
@@ -33,6 +34,7 @@ BUILD = REPO / "deploy" / "image" / "build.sh"
 # Per run: two suites on one host (a developer's and CI's, or a second copy loading the
 # machine) must not remove each other's image, and with it the containers running from it.
 TAG = f"localhost/specgate:test-image-build-{os.getpid()}"
+LAB_TAG = f"localhost/specgate-lab:test-image-build-{os.getpid()}"
 BASE = "localhost/specgate-base:bookworm"
 
 
@@ -44,7 +46,8 @@ def _buildah(*args: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def image() -> Iterator[dict[str, object]]:
-    """Build the image (and its base, when missing); yield its config; remove both after."""
+    """Build the runtime image and the lab image (and their base, when missing); yield the
+    runtime image's config; remove all after."""
     require_tool("buildah")
     require_tool("mmdebstrap")
     had_base = (
@@ -53,15 +56,18 @@ def image() -> Iterator[dict[str, object]]:
         ).returncode
         == 0
     )
-    build = subprocess.run([str(BUILD), "-t", TAG], capture_output=True, text=True, timeout=900, check=False)
-    assert build.returncode == 0, f"image build failed:\n{build.stdout[-2000:]}\n{build.stderr[-4000:]}"
     try:
+        for args in (["-t", TAG], ["--lab", "-t", LAB_TAG]):
+            build = subprocess.run([str(BUILD), *args], capture_output=True, text=True, timeout=900)
+            log = f"{build.stdout[-2000:]}\n{build.stderr[-4000:]}"
+            assert build.returncode == 0, f"image build ({' '.join(args)}) failed:\n{log}"
         yield json.loads(_buildah("inspect", "--type", "image", TAG))
     finally:
         # Clean-up is best effort and bounded: on a loaded host 'buildah rmi' of the base once
         # took past the test's time limit, failing a test whose checks had passed.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            subprocess.run(["buildah", "rmi", "-f", TAG], capture_output=True, check=False, timeout=30)
+        for tag in (TAG, LAB_TAG):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(["buildah", "rmi", "-f", tag], capture_output=True, check=False, timeout=30)
         if not had_base:
             # not forced: a second suite on this host may be building on the base right now
             # (seen: its build failed with 'layer not known'); buildah then refuses, and the
@@ -75,9 +81,9 @@ class Container:
     host network (buildah's chroot isolation), stopped as `docker stop` stops one: SIGTERM
     to the container's own process (buildah itself would answer SIGTERM with SIGKILL)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, image: str, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.name, self.log = name, log
-        self.ctr = _buildah("from", "--quiet", TAG).strip()
+        self.ctr = _buildah("from", "--quiet", image).strip()
         env_args = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
         run = ["buildah", "run", "--isolation", "chroot", "--network", "host", *env_args, self.ctr]
         with log.open("wb") as out:
@@ -109,8 +115,8 @@ class Container:
 
 @pytest.mark.slow
 @pytest.mark.timeout(
-    1000
-)  # its fixture builds the image (and the base, from Debian packages, when missing): up to 900 s
+    1900
+)  # its fixture builds two images (and the base, from Debian packages, when missing): up to 900 s each
 def test_image_builds_and_routes_requests(image: dict[str, object], tmp_path: Path) -> None:
     docker = image["Docker"]
     assert isinstance(docker, dict)
@@ -130,9 +136,13 @@ def test_image_builds_and_routes_requests(image: dict[str, object], tmp_path: Pa
         SPECGATE_MODELS__0__PAIRS__0__SPEC__URL=f"http://127.0.0.1:{spec_port}",
         SPECGATE_MODELS__0__PAIRS__0__BASE__URL=f"http://127.0.0.1:{base_port}",
     )
-    emulator = Container("emulator", [*cfg["Entrypoint"], *emu_cmd], {}, tmp_path / "emulator.log")
+    # The runtime image has no lab tools: asked for the emulator, it says how to get them.
+    probe = Container(TAG, "probe", [*cfg["Entrypoint"], *emu_cmd], {}, tmp_path / "probe.log")
+    assert probe.proc.wait(timeout=60) == 2 and "pip install" in probe.output(), probe.output()
+    probe.stop()
+    emulator = Container(LAB_TAG, "emulator", [*cfg["Entrypoint"], *emu_cmd], {}, tmp_path / "emulator.log")
     # The gateway exactly as the image starts it: ENTRYPOINT + CMD, its baked-in config.
-    gateway = Container("gateway", [*cfg["Entrypoint"], *cfg["Cmd"]], gw_env, tmp_path / "gateway.log")
+    gateway = Container(TAG, "gateway", [*cfg["Entrypoint"], *cfg["Cmd"]], gw_env, tmp_path / "gateway.log")
     containers = [gateway, emulator]
     try:
         deadline = time.monotonic() + 60

@@ -23,9 +23,9 @@ import aiohttp
 import pytest
 import yaml
 
-import gateway.api.app
-import gateway.emulator.launch  # noqa: F401  (imported here, not on the event loop)
-from gateway.lab.promlab import Lab, run_load, start_lab
+import gateway.api.app  # noqa: F401  (imported here, not on the event loop)
+import specgate_lab.emulator.launch  # noqa: F401
+from specgate_lab.promlab import Lab, run_load, start_lab
 from tests.deploy.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineRequest
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineRequest
 
 NGRAM5 = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":2,"prompt_lookup_max":5}'
 

@@ -7,9 +7,9 @@ from typing import cast
 
 import pytest
 
-from gateway.emulator.device import Device, VirtualClock
-from gateway.emulator.engine import Engine, EngineConfig, StepPlan, TokenEvent
 from gateway.physics import get_profile, shared_gpu_scenarios
+from specgate_lab.emulator.device import Device, VirtualClock
+from specgate_lab.emulator.engine import Engine, EngineConfig, StepPlan, TokenEvent
 from tests.emulator.conftest import run_all
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineConfig
-from gateway.emulator.spec import SpecConfigError, k0_overhead, parse_spec_config
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineConfig
+from specgate_lab.emulator.spec import SpecConfigError, k0_overhead, parse_spec_config
 from tests.emulator.conftest import run_all, run_sequential
 from tests.emulator.prompts import EDITS
 

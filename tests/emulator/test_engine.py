@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineConfig
-from gateway.emulator.engine_types import StepEntry
-from gateway.emulator.spec import SpecConfigError, parse_spec_config
-from gateway.emulator.stepcost import price_step
-from gateway.emulator.textgen import PromptKind, classify
 from gateway.physics import get_profile
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineConfig
+from specgate_lab.emulator.engine_types import StepEntry
+from specgate_lab.emulator.spec import SpecConfigError, parse_spec_config
+from specgate_lab.emulator.stepcost import price_step
+from specgate_lab.emulator.textgen import PromptKind, classify
 from tests.emulator.conftest import NGRAM5, run_all, run_sequential
 from tests.emulator.prompts import CHATS, EDITS, SUMMARIES
 
@@ -209,8 +209,8 @@ def test_speculative_config_defaults() -> None:
 def test_bulk_indexed_proposer_equals_incremental_one() -> None:
     import random
 
-    from gateway.emulator.engine import indexed_proposer
     from gateway.text import PromptLookupProposer
+    from specgate_lab.emulator.engine import indexed_proposer
 
     rng = random.Random(1)
     for _ in range(200):
@@ -227,7 +227,7 @@ def test_bulk_indexed_proposer_equals_incremental_one() -> None:
 
 
 def test_kv_cache_pressure_preempts_and_recomputes_without_changing_answers() -> None:
-    from gateway.emulator.metrics import EngineMetrics
+    from specgate_lab.emulator.metrics import EngineMetrics
 
     def run(blocks: int) -> tuple[list[str], Engine, EngineMetrics]:
         cfg = EngineConfig("m", spec=parse_spec_config(NGRAM5), num_gpu_blocks=blocks)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineConfig
-from gateway.emulator.metrics import EngineMetrics
-from gateway.emulator.spec import parse_spec_config
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineConfig
+from specgate_lab.emulator.metrics import EngineMetrics
+from specgate_lab.emulator.spec import parse_spec_config
 from tests.emulator.conftest import NGRAM5, run_all, run_sequential
 from tests.emulator.prompts import CHATS, EDITS, SUMMARIES
 

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 from gateway.cli import build_parser
-from gateway.emulator.cli_emulate import build_launches
-from gateway.emulator.launch import load_config, start_group
+from specgate_lab.emulator.cli_emulate import build_launches
+from specgate_lab.emulator.launch import load_config, start_group
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,7 +114,7 @@ async def test_engines_on_one_device_share_a_driver_and_flags_apply(tmp_path: Pa
 
 
 async def test_hang_mid_stream_keeps_the_connection_open() -> None:
-    from gateway.emulator.launch import pair_launches
+    from specgate_lab.emulator.launch import pair_launches
 
     launches = pair_launches(port_spec=0, port_base=0)
     launches[1].faults.hang = "mid_stream"

@@ -8,9 +8,9 @@ import aiohttp
 import openai
 import pytest
 
-from gateway.emulator.launch import EmulatorGroup
-from gateway.emulator.textgen import AnswerGenerator, prompt_logprobs
 from gateway.text import tokenize
+from specgate_lab.emulator.launch import EmulatorGroup
+from specgate_lab.emulator.textgen import AnswerGenerator, prompt_logprobs
 from tests.emulator.prompts import CHATS, EDITS
 from tests.emulator.sdk import sdk_client
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineConfig
-from gateway.emulator.metrics import EngineMetrics
-from gateway.emulator.spec import parse_spec_config
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineConfig
+from specgate_lab.emulator.metrics import EngineMetrics
+from specgate_lab.emulator.spec import parse_spec_config
 from tests.emulator.conftest import run_all
 from tests.gpu.vllm_families import READ_BY_GATEWAY, SPEC_FAMILIES
 from tests.gpu.vllm_families import REMOVED as REMOVED_IN_0_20

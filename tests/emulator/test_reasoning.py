@@ -11,12 +11,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.emulator.device import Device
-from gateway.emulator.engine import Engine, EngineConfig
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
-from gateway.emulator.spec import parse_spec_config
-from gateway.emulator.template import chat_template
 from gateway.text import tokenize
+from specgate_lab.emulator.device import Device
+from specgate_lab.emulator.engine import Engine, EngineConfig
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.emulator.spec import parse_spec_config
+from specgate_lab.emulator.template import chat_template
 from tests.emulator.conftest import NGRAM5, run_sequential
 from tests.emulator.prompts import CHATS, EDITS
 from tests.emulator.sdk import sdk_client

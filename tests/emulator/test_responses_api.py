@@ -8,7 +8,7 @@ import aiohttp
 import openai
 import pytest
 
-from gateway.emulator.launch import EmulatorGroup
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.emulator.prompts import EDITS
 from tests.emulator.sdk import sdk_client
 from tests.emulator.thinking import generated_tokens

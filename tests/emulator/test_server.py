@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.cli import main as cli_main
-from gateway.emulator.launch import EmulatorGroup
 from gateway.text import tokenize
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.emulator.prompts import CHATS, EDITS
 from tests.emulator.sdk import sdk_client
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.emulator.errors import ApiError
-from gateway.emulator.template import chat_prompt, chat_template
+from specgate_lab.emulator.errors import ApiError
+from specgate_lab.emulator.template import chat_prompt, chat_template
 
 USER = {"role": "user", "content": "Why is the sea salty?"}
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.emulator.template import chat_template
-from gateway.emulator.textgen import AnswerGenerator, PromptKind, classify
 from gateway.text import realised_lookup, tokenize
-from gateway.workload.sampler import iter_requests
+from specgate_lab.emulator.template import chat_template
+from specgate_lab.emulator.textgen import AnswerGenerator, PromptKind, classify
+from specgate_lab.workload.sampler import iter_requests
 
 EXPECTED = {"edit": PromptKind.EDIT, "summary": PromptKind.SUMMARY, "rag": PromptKind.SUMMARY}
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 
 @pytest.fixture

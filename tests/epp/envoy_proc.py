@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.bench.envoy import envoy_binary
+from specgate_lab.bench.envoy import envoy_binary
 
 Doc = dict[str, Any]
 

@@ -15,8 +15,8 @@ import pytest
 
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
-from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.accesslog import LogEntry
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.epp.envoy_proc import needs_envoy
 from tests.epp.test_envoy_e2e import MESSAGES, _body_mode, client, epp_config, phases, stack
 

@@ -28,8 +28,8 @@ from gateway.api.epp import extproc
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup, RunningEngine
 from gateway.envoy.bootstrap import envoy_config
+from specgate_lab.emulator.launch import EmulatorGroup, RunningEngine
 from tests.conftest import gateway_config_for
 from tests.epp.envoy_proc import Envoy, http_filter, needs_envoy, run_envoy
 

@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.api.app import build_app
 from gateway.api.epp.server import EPP
 from gateway.config import ConfigError
-from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.bootstrap import envoy_config
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.conftest import gateway_config_for
 from tests.epp.envoy_proc import needs_envoy, run_envoy
 from tests.epp.extproc_wire import PROCESS, request_headers

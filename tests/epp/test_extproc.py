@@ -29,9 +29,9 @@ from gateway.api.epp import finish
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.messages import DESTINATION
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.conftest import gateway_config_for
 from tests.epp.extproc_wire import (
     BUFFERED,

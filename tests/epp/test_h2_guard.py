@@ -26,7 +26,6 @@ from gateway.api.epp.listener import Listener
 from gateway.api.epp.server import EPP
 from gateway.api.state import STATE
 from gateway.config import PairConfig
-from gateway.emulator.launch import EmulatorGroup
 from gateway.envoy.h2 import H2Connection
 from gateway.envoy.h2guard import Limits, MemoryPool, Turn
 from gateway.envoy.h2stream import Stream
@@ -45,6 +44,7 @@ from gateway.envoy.h2wire import (
     RST_STREAM,
     WINDOW_UPDATE,
 )
+from specgate_lab.emulator.launch import EmulatorGroup
 from tests.conftest import gateway_config_for
 from tests.epp.test_h2 import Frame, Peer, frame, grpc_message, parse_frames, settings, u32
 

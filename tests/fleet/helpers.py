@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 from gateway.api.app import build_app
 from gateway.api.state import STATE, GatewayState
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 
 MODEL = "qwen3-8b"
 

@@ -89,7 +89,7 @@ def test_refused_parameters_unchanged(engine: str) -> None:
 
 
 def test_emulator_accepts_the_dynamic_sd_config_vllm_0_26_started_with() -> None:
-    from gateway.emulator.spec import parse_spec_config
+    from specgate_lab.emulator.spec import parse_spec_config
 
     cfg = {**probe()["eagle3-dsd"]["spec"], "model": "/models/draft"}
     sc = parse_spec_config(cfg)

@@ -211,7 +211,7 @@ def test_real_stream_shape_and_usage_harvest(engine: str) -> None:
 
 @pytest.mark.parametrize("engine", list(SPEC_ENGINES))
 def test_emulator_accepts_the_speculative_configs_real_vllm_accepted(engine: str) -> None:
-    from gateway.emulator.spec import parse_spec_config
+    from specgate_lab.emulator.spec import parse_spec_config
 
     cfg = dict(_probe()[engine]["spec"])  # as started on the GPU, minus the draft folder
     if cfg["method"] != "ngram":
@@ -223,7 +223,7 @@ def test_emulator_accepts_the_speculative_configs_real_vllm_accepted(engine: str
 
 @pytest.mark.parametrize("method", ["strict", "probabilistic"])
 def test_emulator_accepts_vllm_rejection_sample_methods(method: str) -> None:
-    from gateway.emulator.spec import parse_spec_config
+    from specgate_lab.emulator.spec import parse_spec_config
 
     sc = parse_spec_config(
         {"method": "eagle3", "model": "x", "num_speculative_tokens": 3, "rejection_sample_method": method}
@@ -251,10 +251,10 @@ def test_emulator_page_has_the_real_page_shape_for_every_method(engine: str) -> 
     """Every vllm:* family of the real page (n-gram, EAGLE-3, draft model, plain) exists on
     the emulator's page of an engine started with the same --speculative-config, with the
     same type, label names and histogram buckets, and nothing else."""
-    from gateway.emulator.device import Device
-    from gateway.emulator.engine import Engine, EngineConfig
-    from gateway.emulator.metrics import EngineMetrics
-    from gateway.emulator.spec import parse_spec_config
+    from specgate_lab.emulator.device import Device
+    from specgate_lab.emulator.engine import Engine, EngineConfig
+    from specgate_lab.emulator.metrics import EngineMetrics
+    from specgate_lab.emulator.spec import parse_spec_config
 
     spec = None
     if engine != "base":

@@ -7,8 +7,8 @@ import logging
 import aiohttp
 import pytest
 
-from gateway.lab.demo import SAMPLES, run_demo
 from gateway.telemetry.logs import ACCESS_LOGGER
+from specgate_lab.demo import SAMPLES, run_demo
 
 pytestmark = pytest.mark.timeout(60)
 

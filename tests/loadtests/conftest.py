@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.bench.procs import Proc, free_port, gateway_config, running_stack
+from specgate_lab.bench.procs import Proc, free_port, gateway_config, running_stack
 
 
 @pytest.fixture

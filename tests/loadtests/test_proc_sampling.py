@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from gateway.lab.promlab import listening_ports
+from specgate_lab.promlab import listening_ports
 from tests.deploy.helpers import load_module
 
 SOAK = Path(__file__).resolve().parents[2] / "loadtests" / "soak.py"

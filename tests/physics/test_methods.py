@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gateway.config.models import EngineConfig
-from gateway.emulator.spec import parse_spec_config
 from gateway.physics import get_profile
 from gateway.physics.methods import (
     DRAFT_MODEL,
@@ -18,6 +17,7 @@ from gateway.physics.methods import (
 )
 from gateway.routing.acceptance import prior_tokens_per_step
 from gateway.routing.steptime import TableStepModel
+from specgate_lab.emulator.spec import parse_spec_config
 
 
 def test_every_vllm_method_is_exactly_one_kind() -> None:

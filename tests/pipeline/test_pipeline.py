@@ -18,8 +18,8 @@ from gateway.pipeline.request import CHAT
 from gateway.routing.adaptive import LOOKUP_DRAFTS_KEY
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Route
-from gateway.sim.run import MODEL, parse_workload
-from gateway.workload import sample, to_openai_body
+from specgate_lab.sim.run import MODEL, parse_workload
+from specgate_lab.workload import sample, to_openai_body
 
 
 @pytest.mark.parametrize("mix", ["edit=1", "summary=1", "rag=1", "chat=1"])

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.emulator.template import chat_template
 from gateway.pipeline.continuation import assistant_text
 from gateway.proxy.move import CONTENT, FINISHED, OPENING, Continuation, MoveBoard, sent_answer
 from gateway.proxy.sse import Harvest
 from gateway.routing.types import Route
+from specgate_lab.emulator.template import chat_template
 
 
 def ev(delta: dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> bytes:

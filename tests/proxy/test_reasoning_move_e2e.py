@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.api.app import build_app
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.routing.static import FixedPolicy
 from gateway.routing.types import Route
 from gateway.telemetry import build_telemetry
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 from tests.conftest import gateway_config_for
 
 pytestmark = pytest.mark.timeout(240)

@@ -19,12 +19,12 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
 from gateway.proxy import handoff
 from gateway.proxy.move import MOVE, ORDER_WAIT_S, MoveBoard, MoveTicket
 from gateway.routing.rules import apply_hard_rules, decide_route
 from gateway.routing.types import Decision, ModelView, Outcome, Reason, RequestFeatures, Route
 from gateway.telemetry import build_telemetry
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 from tests.conftest import gateway_config_for
 from tests.reliability.rig import until
 

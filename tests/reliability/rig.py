@@ -23,11 +23,11 @@ from aiohttp.test_utils import TestServer
 
 from gateway.api.app import build_app
 from gateway.api.state import STATE, GatewayState
-from gateway.bench.procs import emulated_pair_model
 from gateway.config import GatewayConfig
-from gateway.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
 from gateway.engines.runtime import EngineRuntime
 from gateway.telemetry import GatewayTelemetry, TelemetryConfig
+from specgate_lab.bench.procs import emulated_pair_model
+from specgate_lab.emulator.launch import EmulatorGroup, RunningEngine, pair_launches, start_group
 
 SPEC, BASE = "qwen3-8b-spec", "qwen3-8b-base"
 COPY_PROMPT = (

@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from gateway.bench.procs import emulated_pair_model, start_serve
-from gateway.emulator.launch import EmulatorGroup, pair_launches, start_group
+from specgate_lab.bench.procs import emulated_pair_model, start_serve
+from specgate_lab.emulator.launch import EmulatorGroup, pair_launches, start_group
 from tests.reliability.rig import BASE, SPEC, chat, until
 
 REPO = Path(__file__).resolve().parents[2]

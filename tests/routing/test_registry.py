@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.api import cli_serve
-from gateway.bench import cli_bench
-from gateway.lab import demo as cli_demo
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import POLICIES, POLICY_NAMES, STATIC_BASELINES, build_policy
-from gateway.sim import cli_simulate
+from specgate_lab import demo as cli_demo
+from specgate_lab.bench import cli_bench
+from specgate_lab.sim import cli_simulate
 
 
 @pytest.mark.parametrize("name", POLICY_NAMES)

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from gateway.sim import analysis as an
-from gateway.sim import scenario_report
-from gateway.sim.records import RequestRecord
+from specgate_lab.sim import analysis as an
+from specgate_lab.sim import scenario_report
+from specgate_lab.sim.records import RequestRecord
 
 
 def rec(t: float, route: str, tpot_ms: float, ttft_ms: float = 50.0, tokens: int = 100) -> RequestRecord:

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.sim.cli_simulate import configure
-from gateway.sim.fleet import is_fleet, join_delays, simulate_any, simulate_fleet
-from gateway.sim.oracle import search
-from gateway.sim.plan import plan
-from gateway.sim.records import SimConfig
-from gateway.sim.run import arrivals, simulate
+from specgate_lab.sim.cli_simulate import configure
+from specgate_lab.sim.fleet import is_fleet, join_delays, simulate_any, simulate_fleet
+from specgate_lab.sim.oracle import search
+from specgate_lab.sim.plan import plan
+from specgate_lab.sim.records import SimConfig
+from specgate_lab.sim.run import arrivals, simulate
 
 SHORT = SimConfig(qps=12.0, duration_s=16.0, warmup_s=2.0, drain_s=120.0, prompt_lookup_min=2)
 

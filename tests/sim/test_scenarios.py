@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.sim import cli_simulate
-from gateway.sim.plan import plan
-from gateway.sim.scenarios import (
+from specgate_lab.sim import cli_simulate
+from specgate_lab.sim.plan import plan
+from specgate_lab.sim.scenarios import (
     SCENARIOS,
     Pair,
     Phase,

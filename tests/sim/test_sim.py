@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from gateway.sim import SimConfig, cli_simulate, simulate
-from gateway.sim.plan import sim_config
-from gateway.sim.run import arrivals
-from gateway.sim.scenarios import Phase
+from specgate_lab.sim import SimConfig, cli_simulate, simulate
+from specgate_lab.sim.plan import sim_config
+from specgate_lab.sim.run import arrivals
+from specgate_lab.sim.scenarios import Phase
 
 
 def test_static_policies_route_as_named() -> None:

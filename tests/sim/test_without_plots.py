@@ -1,4 +1,4 @@
-"""``specgate simulate`` and ``specgate bench`` on a runtime-only install (no matplotlib):
+"""``specgate simulate`` and ``specgate bench`` on a lab install without its plots extra (no matplotlib):
 the results are written, the plot is skipped with a message naming the extra, the exit
 status is 0."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench import cli_bench
-from gateway.bench.report import write_all
+from specgate_lab.bench import cli_bench
+from specgate_lab.bench.report import write_all
 from tests.bench.test_bench_parts import _rows
 
-# Run as a user would, with matplotlib unimportable (as after `pip install specgate`).
+# Run as a user would, with matplotlib unimportable (as after `pip install specgate-lab`).
 _NO_MATPLOTLIB = (
     "import sys; sys.modules['matplotlib'] = None; from gateway.cli import main; sys.exit(main())"
 )
@@ -34,7 +34,7 @@ async def test_simulate_writes_its_results_without_matplotlib(tmp_path: Path) ->
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
-    assert b"ModuleNotFoundError" not in err and b"pip install 'specgate[plots]'" in err
+    assert b"ModuleNotFoundError" not in err and b"pip install 'specgate-lab[plots]'" in err
     assert b"results.{csv,json,md}" in out
     assert json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "results.md").exists() and not (tmp_path / "results.png").exists()
@@ -55,5 +55,5 @@ def test_bench_publishes_without_matplotlib(
     )
     assert cli_bench.main(args) == 0
     err = capsys.readouterr().err
-    assert "pip install 'specgate[plots]'" in err and "not updated" in err
+    assert "pip install 'specgate-lab[plots]'" in err and "not updated" in err
     assert (tmp_path / "again" / "results.json").exists()

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from gateway.api.state import STATE
-from gateway.bench.procs import start_serve
 from gateway.telemetry.tracing import tracing_from_env
+from specgate_lab.bench.procs import start_serve
 from tests.proxy.harness import harness
 
 grpc = pytest.importorskip("grpc")

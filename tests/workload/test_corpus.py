@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import gateway.workload as wl
+import specgate_lab.workload as wl
 from gateway.text import realised_lookup, tokenize
-from gateway.workload.code import generate_module
-from gateway.workload.export import main as export_main
-from gateway.workload.export import rows, write_jsonl
+from specgate_lab.workload.code import generate_module
+from specgate_lab.workload.export import main as export_main
+from specgate_lab.workload.export import rows, write_jsonl
 
 
 def _prompts(seed: int, n: int, **kw: object) -> list[wl.WorkloadRequest]:

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.sim import analysis as an
-from gateway.sim import scenario_report
+from specgate_lab.sim import analysis as an
+from specgate_lab.sim import scenario_report
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,3 +1,0 @@
-from gateway.workload.export import main
-
-raise SystemExit(main())

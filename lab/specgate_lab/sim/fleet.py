@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.continuation import continuation_body, movable
-from gateway.pipeline.outcome import Answer, LookupSettings, build_outcome, replay_lookup
+from gateway.pipeline.outcome import LookupSettings
 from gateway.pipeline.request import CHAT, ParsedRequest
 from gateway.placement import FleetPolicy
 from gateway.routing.adaptive import AdaptivePolicy
@@ -34,7 +34,7 @@ from specgate_lab.emulator.engine import Engine, EngineConfig, EngineRequest, To
 from specgate_lab.emulator.spec import parse_spec_config
 from specgate_lab.sim.monitor import ItlObserver, SimMonitor
 from specgate_lab.sim.records import RequestRecord, SimConfig, SimResult
-from specgate_lab.sim.run import MODEL, arrivals, parse_workload, simulate
+from specgate_lab.sim.run import MODEL, arrivals, outcome_of, parse_workload, settle, simulate
 from specgate_lab.workload import WorkloadRequest
 
 ONE_REGIME = "one-regime"
@@ -155,35 +155,13 @@ def simulate_fleet(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]]
         wr: WorkloadRequest,
         now: float,
     ) -> None:
-        n = len(req.output)
-        rec.output_tokens, rec.finished_at = n, now
-        if req.first_token_at is not None:
-            rec.ttft_s = req.first_token_at - rec.arrival
-            if n > 1 and req.finished_at is not None:
-                rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
+        settle(rec, req, now)
         own[d.engine] -= 1
         pair, route = by_engine[d.engine]
         pair.mons[route].finished(rec.tpot_s)
         if policy is None:
             return
-        summary = req.spec_summary() if route is Route.SPEC else None
-        reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
-        answer = Answer(
-            route=route,
-            engine=d.engine,
-            ok=True,
-            started=req.arrival,
-            first_token_at=req.first_token_at,
-            last_token_at=req.finished_at,
-            completion_tokens=n,
-            prompt_tokens=req.num_prompt_tokens,
-            reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
-            steps=rec.steps,
-        )
-        lookup = replay_lookup(parsed.prompt_text, "".join(req.output), settings)
-        outcome = build_outcome(
-            parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
-        )
+        outcome = outcome_of(req, rec, parsed, d, route, d.engine, settings)
         policy.observe(outcome, now)
 
     def move(engine: str, t: float) -> None:

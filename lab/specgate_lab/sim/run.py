@@ -17,7 +17,7 @@ from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.adaptive.live import engine_load
 from gateway.routing.config import RoutingConfig
 from gateway.routing.factory import ALWAYS_SPEC, build_policy
-from gateway.routing.types import HARD_RULE_REASONS, Decision, ModelView, PairView, Route
+from gateway.routing.types import HARD_RULE_REASONS, Decision, ModelView, Outcome, PairView, Route
 from specgate_lab.emulator.device import Device
 from specgate_lab.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
 from specgate_lab.emulator.spec import parse_spec_config
@@ -72,6 +72,48 @@ def parse_workload(wr: WorkloadRequest, *, seeded: bool = False) -> ParsedReques
     """A workload request as the gateway would see it: its chat body (with its seed when
     ``seeded``) through the shared pipeline."""
     return parse_request(to_openai_body(wr, MODEL, seeded=seeded), CHAT, None, allow_override=False)
+
+
+def settle(rec: RequestRecord, req: EngineRequest, now: float) -> None:
+    """A finished request's figures on its record: tokens, finish, TTFT (from the client's
+    arrival) and TPOT."""
+    n = len(req.output)
+    rec.output_tokens, rec.finished_at = n, now
+    if req.first_token_at is not None:
+        rec.ttft_s = req.first_token_at - rec.arrival
+        if n > 1 and req.finished_at is not None:
+            rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
+
+
+def outcome_of(
+    req: EngineRequest,
+    rec: RequestRecord,
+    parsed: ParsedRequest,
+    d: Decision,
+    route: Route,
+    engine: str,
+    settings: LookupSettings,
+) -> Outcome:
+    """What the gateway learns from a finished request: the answer as its proxy would have
+    seen it (vLLM's reported acceptance on spec), and the prompt-lookup replay of its text."""
+    summary = req.spec_summary() if route is Route.SPEC else None
+    reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
+    answer = Answer(
+        route=route,
+        engine=engine,
+        ok=True,
+        started=req.arrival,
+        first_token_at=req.first_token_at,
+        last_token_at=req.finished_at,
+        completion_tokens=len(req.output),
+        prompt_tokens=req.num_prompt_tokens,
+        reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
+        steps=rec.steps,
+    )
+    lookup = replay_lookup(parsed.prompt_text, "".join(req.output), settings)
+    return build_outcome(
+        parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
+    )
 
 
 def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
@@ -195,34 +237,11 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         now: float,
     ) -> None:
         route = d.route
-        n = len(req.output)
-        rec.output_tokens = n
-        rec.finished_at = now
-        if req.first_token_at is not None:
-            rec.ttft_s = req.first_token_at - req.arrival
-            if n > 1 and req.finished_at is not None:
-                rec.tpot_s = (req.finished_at - req.first_token_at) / (n - 1)
+        settle(rec, req, now)
         mon = mons[route]
         count(rec.replica, route, -1, now)
         mon.finished(rec.tpot_s)
-        summary = req.spec_summary() if route is Route.SPEC else None
-        reported = summary.get("mean_acceptance_length") if summary and req.num_drafts else None
-        answer = Answer(
-            route=route,
-            engine=mon.name,
-            ok=True,
-            started=req.arrival,
-            first_token_at=req.first_token_at,
-            last_token_at=req.finished_at,
-            completion_tokens=n,
-            prompt_tokens=req.num_prompt_tokens,
-            reported_mean_acceptance_length=float(reported) if isinstance(reported, float) else None,
-            steps=rec.steps,
-        )
-        lookup = replay_lookup(parsed.prompt_text, "".join(req.output), lookup_settings)
-        outcome = build_outcome(
-            parsed.features, answer, probe=d.probe, lookup=lookup, predicted_tpot_s=d.predicted_tpot_s
-        )
+        outcome = outcome_of(req, rec, parsed, d, route, mon.name, lookup_settings)
         policies[rec.replica].observe(outcome, now)
         send(now, rec.replica, lambda r, at: policies[r].observe(outcome, at))
 

@@ -11,7 +11,8 @@ Snapshot keys read (all optional):
 
 - ``fleet``: ``{"pairs": {pair: {"speculating": bool}}, "speculating": n, "planned": n}``
   (:class:`~gateway.placement.FleetPolicy` with more than one pair);
-- without it, on a model of one pair, ``mode`` (``speculating`` or not) is that pair's regime.
+- without it, on a model of one pair, ``mode`` (``speculating`` or not) is that pair's regime
+  (and its plan: a lone pair's policy decides its regime itself).
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class PairFamilies:
         planned = fleet.get("planned") if isinstance(fleet, Mapping) else None
         if isinstance(planned, int) and not isinstance(planned, bool):
             self.planned.add_metric([m], float(planned))
+        elif not isinstance(fleet, Mapping) and len(view.pairs) == 1 and regime_of:
+            self.planned.add_metric([m], float(spec))  # one pair plans its own regime
 
 
 def regimes(view: ModelView, snapshot: Mapping[str, object]) -> dict[str, bool]:

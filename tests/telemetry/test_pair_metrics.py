@@ -96,7 +96,9 @@ def test_one_pair_reads_the_models_mode_and_a_pair_without_usable_spec_runs_plai
     view = ModelView("m1", (_pair(0),))
     snap: dict[str, object] = {"mode": "speculating"}
     tel.set_state_source(lambda: [ModelState("m1", view, snap)])
-    assert _samples(tel)[("specgate_pair_speculating", _pair_key("m1", "base0"))] == 1.0
+    s = _samples(tel)
+    assert s[("specgate_pair_speculating", _pair_key("m1", "base0"))] == 1.0
+    assert s[("specgate_fleet_planned_speculating_pairs", (("model", "m1"),))] == 1.0
     snap["mode"] = "fallback"
     assert _samples(tel)[("specgate_pair_speculating", _pair_key("m1", "base0"))] == 0.0
     snap["mode"] = "speculating"

@@ -206,9 +206,9 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         "Speculating pairs: now, planned, of all",
         "none",
         [
-            (f"sum by (model) (specgate_fleet_speculating_pairs{{{M}}})", "speculating {{model}}"),
-            (f"sum by (model) (specgate_fleet_planned_speculating_pairs{{{M}}})", "planned {{model}}"),
-            (f"sum by (model) (specgate_fleet_pairs{{{M}}})", "pairs {{model}}"),
+            (f"max by (model) (specgate_fleet_speculating_pairs{{{M}}})", "speculating {{model}}"),
+            (f"max by (model) (specgate_fleet_planned_speculating_pairs{{{M}}})", "planned {{model}}"),
+            (f"max by (model) (specgate_fleet_pairs{{{M}}})", "pairs {{model}}"),
         ],
         {},
     ),
@@ -216,7 +216,7 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         "Fleet: each pair's regime and load",
         "Load per pair (requests, as placement counts them)",
         "none",
-        [(f"sum by (pair) (specgate_pair_load_requests{{{M}}})", "{{pair}}")],
+        [(f"max by (model, pair) (specgate_pair_load_requests{{{M}}})", "{{pair}}")],
         {},
     ),
     (
@@ -225,11 +225,11 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         "none",
         [
             (
-                f"sum by (pair, route) (specgate_pair_engine_running_requests{{{M}}})",
+                f"max by (model, pair, route) (specgate_pair_engine_running_requests{{{M}}})",
                 "running {{pair}} {{route}}",
             ),
             (
-                f"sum by (pair, route) (specgate_pair_engine_waiting_requests{{{M}}})",
+                f"max by (model, pair, route) (specgate_pair_engine_waiting_requests{{{M}}})",
                 "waiting {{pair}} {{route}}",
             ),
         ],

@@ -195,6 +195,47 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]] = [
         {},
     ),
     (
+        "Fleet: each pair's regime and load",
+        "Regime per pair (1 = speculating, 0 = plain)",
+        "none",
+        [(f"max by (model, pair) (specgate_pair_speculating{{{M}}})", "{{pair}}")],
+        {},
+    ),
+    (
+        "Fleet: each pair's regime and load",
+        "Speculating pairs: now, planned, of all",
+        "none",
+        [
+            (f"max by (model) (specgate_fleet_speculating_pairs{{{M}}})", "speculating {{model}}"),
+            (f"max by (model) (specgate_fleet_planned_speculating_pairs{{{M}}})", "planned {{model}}"),
+            (f"max by (model) (specgate_fleet_pairs{{{M}}})", "pairs {{model}}"),
+        ],
+        {},
+    ),
+    (
+        "Fleet: each pair's regime and load",
+        "Load per pair (requests, as placement counts them)",
+        "none",
+        [(f"max by (model, pair) (specgate_pair_load_requests{{{M}}})", "{{pair}}")],
+        {},
+    ),
+    (
+        "Fleet: each pair's regime and load",
+        "Running / waiting per pair and engine",
+        "none",
+        [
+            (
+                f"max by (model, pair, route) (specgate_pair_engine_running_requests{{{M}}})",
+                "running {{pair}} {{route}}",
+            ),
+            (
+                f"max by (model, pair, route) (specgate_pair_engine_waiting_requests{{{M}}})",
+                "waiting {{pair}} {{route}}",
+            ),
+        ],
+        {},
+    ),
+    (
         "Engines",
         "Running / waiting requests",
         "none",
@@ -354,7 +395,7 @@ def build() -> dict[str, Any]:
         "uid": "specgate",
         "title": "specgate: speculative routing",
         "description": "Is speculative decoding paying? Routing decisions, acceptance per engine, "
-        "latency by route, engine load.",
+        "latency by route, each pair's regime and load, engine load.",
         "tags": ["specgate", "vllm", "speculative-decoding"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -24,7 +24,8 @@ from gateway.config.models import ServerConfig
 from gateway.fleet.reload import Reloader
 from gateway.proxy.move import Asked
 from gateway.routing.steptime import get_step_model
-from gateway.routing.types import RouteOverride
+from gateway.routing.types import ModelView, RouteOverride
+from gateway.telemetry.pairs import regimes
 from gateway.wire.errors import ApiError
 
 
@@ -34,6 +35,7 @@ async def state(request: web.Request) -> web.Response:
     now = time.monotonic()
     models = {name: m.state(now) for name, m in st.models.items()}
     for name, m in models.items():
+        _pair_regimes(m, st.models[name].view(now))
         if st.fleet is not None:
             m["fleet"] = st.fleet.state(name)
         found = st.discovery.state(name) if st.discovery is not None else None
@@ -52,6 +54,18 @@ async def state(request: web.Request) -> web.Response:
     if epp is not None:
         body["epp"] = epp.admin_state()
     return web.Response(body=json.dumps(body, default=str).encode(), content_type="application/json")
+
+
+def _pair_regimes(model: dict[str, Any], view: ModelView) -> None:
+    """Each pair's regime (``speculating``; None: draining, or not known yet) and load as
+    placement counts them (the ``specgate_pair_*`` series), beside its engines' state."""
+    snapshot = model.get("policy_state")
+    regime = regimes(view, snapshot if isinstance(snapshot, dict) else {})
+    load = {p.base.name: round(sum(e.load for e in p.engines), 3) for p in view.pairs}
+    for pair in model.get("pairs", ()):
+        base = pair.get("base") or {}
+        pair["speculating"] = regime.get(base.get("name", ""))
+        pair["load"] = load.get(base.get("name", ""))
 
 
 ADVICE_LOADS = (1.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)

@@ -38,7 +38,7 @@ from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.factory import build_policy
 from gateway.routing.types import Policy, Route
 from gateway.telemetry.hooks import NullTelemetry, Telemetry
-from gateway.telemetry.wiring import attach_models
+from gateway.telemetry.wiring import attach_models, forget_engines
 from gateway.wire.errors import ApiError, error_response
 from gateway.wire.headers import REQUEST_ID
 
@@ -128,7 +128,7 @@ def build_app(
     app[STATE] = state
     app[WORKERS] = workers = PairWorkers(state)
     state.fleet = FleetRegistry(state.models, config.fleet, workers)
-    state.fleet.listeners.append(functools.partial(_forget_pairs, models))
+    state.fleet.listeners.append(functools.partial(_forget_pairs, models, state.telemetry))
     state.discovery = Discovery(state.fleet, resolver=resolver)
     for m in config.models:
         state.discovery.update(m.name, m.discovery)
@@ -159,12 +159,14 @@ def build_app(
     return app
 
 
-def _forget_pairs(models: Mapping[str, ModelRuntime], change: PairsChanged) -> None:
-    """A pair gone from a model takes its placement state with it."""
+def _forget_pairs(models: Mapping[str, ModelRuntime], telemetry: object, change: PairsChanged) -> None:
+    """A pair gone from a model takes its placement state and its engines' series with it."""
     mrt = models.get(change.model)
     if mrt is not None and isinstance(mrt.policy, FleetPolicy):
         for pair in change.gone:
             mrt.policy.forget(pair.base.name)
+    if change.gone:
+        forget_engines(telemetry, (e.name for pair in change.gone for e in pair.engines))
 
 
 def _peer_service(config: GatewayConfig, state: GatewayState, bus: PeerBus | None) -> PeerService | None:

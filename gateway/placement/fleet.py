@@ -91,6 +91,7 @@ class FleetPolicy:
         self._next_plan = float("-inf")
         self.moves: list[str] = []  # engines whose streams the caller should move (fleet flips)
         self.placed = 0
+        self.planned: int | None = None  # the planner's last count of speculating pairs
 
     # -- the pairs' policies -----------------------------------------------------------
     def policy_of(self, pair: PairView) -> AdaptivePolicy:
@@ -259,6 +260,7 @@ class FleetPolicy:
         plan = self.planner.plan(now, len(able), current, ref.step_ms, ref.cap)
         if plan is None:
             return
+        self.planned = plan.speculating
         load = {pair_key(p): sum(engine_load(x) for x in p.engines) for p in able}
         on = [p for p in able if self.pairs[pair_key(p)].controller.speculating]
         off = [p for p in able if not self.pairs[pair_key(p)].controller.speculating]
@@ -319,6 +321,7 @@ class FleetPolicy:
             snap["fleet"] = {
                 "pairs": {k: {"speculating": p.controller.speculating} for k, p in self.pairs.items()},
                 "speculating": sum(p.controller.speculating for p in self.pairs.values()),
+                "planned": self.planned,
                 "placed": self.placed,
             }
         return snap

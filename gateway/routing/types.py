@@ -177,6 +177,12 @@ class EngineView:
     def usable(self) -> bool:
         return self.healthy and not self.draining
 
+    @property
+    def load(self) -> float:
+        """Requests on the engine: the gateway's exact in-flight count, or the scrape if higher."""
+        scraped = (self.stats.running or 0.0) + (self.stats.waiting or 0.0)
+        return max(float(self.inflight), scraped)
+
 
 @dataclass(frozen=True, slots=True)
 class PairView:

@@ -50,3 +50,13 @@ class LabelGuard:
             self._seen.add(s)
             return s
         return OTHER
+
+    def forget(self, value: object) -> None:
+        """``value`` is no longer in use (an engine that left): its place is free again."""
+        label = self._memo.pop(value, None)
+        if label is None:
+            label = clean(value)
+        if label != OTHER and label in self._seen:
+            self._seen.discard(label)
+            # values refused for want of room may pass now
+            self._memo = {k: v for k, v in self._memo.items() if v != OTHER}

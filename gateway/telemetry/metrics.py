@@ -82,6 +82,12 @@ class _Labelled:
             child = self._children[values] = self.metric.labels(*values)
         return child
 
+    def remove_first(self, value: str) -> None:
+        """Drop every child whose first label is ``value`` (an engine that left)."""
+        for key in [k for k in self._children if k[0] == value]:
+            del self._children[key]
+            self.metric.remove(*key)
+
 
 class GatewayMetrics:
     """All request-path and scrape metrics of one gateway process."""
@@ -297,6 +303,25 @@ class GatewayMetrics:
                 self.scrapes.labels(e, self.error(error or "error")).inc()
         except Exception:  # pragma: no cover - telemetry must never break scraping
             return
+
+    def forget_engines(self, engines: Iterable[str]) -> None:
+        """Engines gone from the fleet (their pair drained and left): their series end, their
+        scrape age stops being exported, and their label values are free for new engines."""
+        for name in engines:
+            e = self.engine(name)
+            for metric in (
+                self.inflight,
+                self.upstream_ttfb,
+                self.upstream_failures,
+                self.upstream_retries,
+                self.stream_moves,
+                self.scrapes,
+                self.scrape_duration,
+            ):
+                metric.remove_first(e)
+            self._last_scrape_ok.pop(e, None)
+            self._first_scrape.pop(e, None)
+            self.engine.forget(name)
 
     def scrape_ages(self) -> dict[str, float]:
         """Seconds since each engine's last successful scrape (since its first attempt if none)."""

@@ -81,6 +81,10 @@ class GatewayTelemetry:
         for name in engines:
             m.stream_moves.labels(m.engine(name), "moved")
 
+    def forget_engines(self, engines: list[str]) -> None:
+        """Engines whose pair left the fleet: their per-engine series end (bounded cardinality)."""
+        self.metrics.forget_engines(engines)
+
     def record_scrape(
         self, engine: str, ok: bool, duration_s: float | None = None, error: str | None = None
     ) -> None:

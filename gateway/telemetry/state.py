@@ -20,6 +20,8 @@ Policy snapshot keys read (all optional; a missing key exports no sample, never 
   ``context_tokens``, ``mix_tokens_per_step``, ``mix_verified_tokens_per_step``,
   ``live_acceptance_ratio``, ``live_draft_ratio``), ``step_scale`` (``{route: x}``) and
   ``probes`` (a count). Other keys are not exported (``GET /admin/state`` shows them all).
+- per pair (:mod:`.pairs`): each pair's regime and load, the fleet's count of speculating
+  pairs and the planner's (``fleet``, else ``mode`` on a model of one pair).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from gateway.routing.types import EngineView, ModelView
 from gateway.telemetry.labels import LabelGuard, clean
+from gateway.telemetry.pairs import PairFamilies
 
 log = logging.getLogger("specgate.telemetry")
 
@@ -197,6 +200,7 @@ class _Families:
             "Requests sent to the speculative engine as probes while the model was in fallback.",
             labels=["model"],
         )
+        self.pairs = PairFamilies()
 
     def all(self) -> list[Metric]:
         return [
@@ -220,6 +224,7 @@ class _Families:
             *self.named.values(),
             self.step_scale,
             self.probes,
+            *self.pairs.all(),
         ]
 
 
@@ -261,6 +266,7 @@ class RoutingStateCollector(Collector):
                     if ev.name not in seen:
                         seen.add(ev.name)
                         self._engine(fam, m, ev)
+            fam.pairs.add(m, st.view, st.policy)
         snap = st.policy
         if isinstance(snap.get("policy"), str):
             fam.policy.add_metric([m, clean(snap["policy"])], 1.0)

@@ -126,3 +126,10 @@ def attach_models(telemetry: object, models: Mapping[str, ModelRuntimeLike]) -> 
     if callable(prime):
         now = time.monotonic()
         prime([e.name for m in models.values() for p in m.view(now).pairs for e in p.engines])
+
+
+def forget_engines(telemetry: object, engines: Iterable[str]) -> None:
+    """Tell ``telemetry`` (if it keeps per-engine series) that these engines left the fleet."""
+    forget = getattr(telemetry, "forget_engines", None)
+    if callable(forget):
+        forget(list(engines))

@@ -23,6 +23,10 @@ REQUIRED_PANELS = {
     "Scrape health",
     "Error ratio (5xx, 4xx)",
     "Upstream failures and retries",
+    "Regime per pair (1 = speculating, 0 = plain)",
+    "Speculating pairs: now, planned, of all",
+    "Load per pair (requests, as placement counts them)",
+    "Running / waiting per pair and engine",
 }
 
 

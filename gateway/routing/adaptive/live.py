@@ -85,8 +85,7 @@ _COLUMNS = {True: (1, 2, 3), False: (2, 1, 4)}
 
 def engine_load(e: EngineView) -> float:
     """Requests on an engine: the gateway's exact in-flight count, or the scrape if higher."""
-    scraped = (e.stats.running or 0.0) + (e.stats.waiting or 0.0)
-    return max(float(e.inflight), scraped)
+    return e.load
 
 
 def _decode_ms(stats: EngineStats, steps: StepModel, context_tokens: float, max_share: float) -> float:

@@ -29,13 +29,18 @@ from specgate_lab.bench import scenario_bench
 from specgate_lab.bench.envoy import PROXY, VIAS
 from specgate_lab.bench.loadgen import PointResult, run_point
 from specgate_lab.bench.procs import policy_stack
-from specgate_lab.bench.report import markdown_table, write_all
+from specgate_lab.bench.report import (
+    README_BEGIN,
+    README_END,
+    markdown_table,
+    readme_section,
+    update_readme,
+    write_all,
+)
 from specgate_lab.bench.stats import CSV_FIELDS, summarize
 from specgate_lab.workload import TemperatureDist, parse_mix, sample
 
 POLICIES = POLICY_NAMES
-README_BEGIN = "<!-- section:bench -->"
-README_END = "<!-- /section:bench -->"
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 
 DESCRIPTION = """\
@@ -98,6 +103,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="--scenario with --replicas: join the replicas by the peer channel (peers.url) through a "
         "local redis-server, which must be installed; the simulator's run joins its replicas alike",
     )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="emulated pairs of the one model, each its own device (an emulator each); --qps is the "
+        "gateway's total, and the report adds each pair's share of the requests",
+    )
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per point (emulated)")
     p.add_argument(
         "--min-requests",
@@ -151,6 +163,7 @@ async def _point(args: argparse.Namespace, policy: str, qps: float, scale: float
         seed=args.seed,
         logdir=logdir,
         tag=f"{policy}-q{qps:g}",
+        pairs=args.pairs,
     )
     async with stack as st:
         return await run_point(
@@ -204,7 +217,16 @@ def _row(args: argparse.Namespace, policy: str, qps: float, scale: float, res: P
         "reasons": dict(Counter(r.reason for r in res.records if r.ok and r.reason).most_common()),
         "tpot_mean_ms_by_kind": _tpot_by_kind(res),
         "lateness_p99_ms": ms("lateness_p99_s"),
+        "pairs": args.pairs,
+        "pair_share": pair_share(res),
     }
+
+
+def pair_share(res: PointResult) -> dict[str, float]:
+    """Each pair's share of the answered requests (a pair: its engines' number, ``spec3`` and
+    ``base3`` are pair 3)."""
+    ok = [r.engine.removeprefix("spec").removeprefix("base") for r in res.records if r.ok and r.engine]
+    return {p: round(n / len(ok), 3) for p, n in sorted(Counter(ok).items())} if ok else {}
 
 
 def _tpot_by_kind(res: PointResult) -> dict[str, float]:
@@ -223,50 +245,6 @@ def _write_requests(path: str, res: PointResult) -> None:
             w.writerow(r.row())
 
 
-def update_readme(path: str, body: str) -> bool:
-    """Replace the text between the bench markers of ``path``; False when they are missing."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    i, j = text.find(README_BEGIN), text.find(README_END)
-    if i < 0 or j < i:
-        return False
-    new = text[: i + len(README_BEGIN)] + "\n" + body.rstrip() + "\n" + text[j:]
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(new)
-    return True
-
-
-def _readme_section(
-    meta: dict[str, Any], rows: list[dict[str, Any]], png: str, kit: str = "loadtests/README.md"
-) -> str:
-    return "\n".join(
-        [
-            "## Policy benchmark (emulated H200 pair, real sockets)",
-            "",
-            f"`{meta['command']}` — {meta['date']}"
-            + (f" (code `{meta['code_version']}`)" if meta.get("code_version") else "")
-            + f", {meta['mix_desc']}, "
-            f"temperatures `{meta['temperature']}`, "
-            f"≥ {meta['duration_s']:g} s measured per point (≥ {meta['min_requests']} expected requests) "
-            f"after {meta['warmup_s']:g} s warm-up; "
-            "times are emulated (the emulator ran `time_scale` times slower than the wall clock).",
-            "",
-            markdown_table(rows),
-            "",
-            f"![TPOT and throughput vs QPS]({png})",
-            "",
-            "Columns: TPOT = (e2e − TTFT)/(tokens − 1) per request; output tok/s delivered inside the "
-            "window; goodput = requests/s meeting TPOT ≤ "
-            f"{meta['tpot_slo_ms']:g} ms and TTFT ≤ {meta['ttft_slo_ms']:g} ms; per-kind route shares and "
-            "decision reasons are in `results.json`. To load-test a deployment yourself: the Locust kit "
-            "(`loadtests/locustfile.py`) and vLLM's own client (`loadtests/vllm_bench.sh`; a recorded run "
-            "through the gateway is in `loadtests/results/vllm-bench-emulated.txt`); see "
-            f"[loadtests/README.md]({kit}). Notes on a run (per-kind TPOT, the cross-check "
-            "against the socket-free `specgate simulate`) sit beside its results.",
-        ]
-    )
-
-
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[float], float | None]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICIES]
@@ -278,6 +256,8 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float], float |
     fixed_scale = None if args.time_scale == "auto" else float(args.time_scale)
     if not points or any(q <= 0 for q in points) or (fixed_scale is not None and fixed_scale <= 0):
         raise ValueError("QPS points and --time-scale must be > 0")
+    if args.pairs < 1:
+        raise ValueError("--pairs must be >= 1")
     if args.duration <= 0 or args.warmup < 0 or args.drain <= 0:
         raise ValueError("--duration and --drain must be > 0, --warmup >= 0")
     return policies, points, fixed_scale
@@ -309,10 +289,15 @@ async def _sweep(
                 f"{policy:>12} qps={qps:<6g} scale={scale:<5g} n={row['requests']:<4} fail={row['failures']} "
                 f"unfinished={row['unfinished']} TPOT mean/p99={row['tpot_mean_ms']}/{row['tpot_p99_ms']} ms "
                 f"TTFT mean={row['ttft_mean_ms']} ms tok/s={row['throughput_tps']} spec={row['spec_share']} "
-                f"[{time.monotonic() - t0:.0f}s wall]",
+                + (f"pairs={row['pair_share']} " if args.pairs > 1 else "")
+                + f"[{time.monotonic() - t0:.0f}s wall]",
                 flush=True,
             )
     return rows
+
+
+def _pairs_desc(args: argparse.Namespace) -> str:
+    return f"{args.profile} pair" if args.pairs == 1 else f"{args.pairs} {args.profile} pairs"
 
 
 def _code_version() -> str | None:
@@ -339,7 +324,7 @@ def _publish(args: argparse.Namespace, meta: dict[str, Any], rows: list[dict[str
         here = os.path.dirname(os.path.abspath(args.update_readme)) or "."
         png = os.path.relpath(paths["png"], here)
         kit = os.path.relpath(os.path.join(_ROOT, "loadtests", "README.md"), here)
-        if not update_readme(args.update_readme, _readme_section(meta, rows, png, kit)):
+        if not update_readme(args.update_readme, readme_section(meta, rows, png, kit)):
             print(
                 f"warning: no {README_BEGIN} … {README_END} section in {args.update_readme}", file=sys.stderr
             )
@@ -356,6 +341,9 @@ def main(args: argparse.Namespace) -> int:
             return 2
         _publish(args, meta, rows)
         return 0
+    if args.scenario and args.pairs != 1:
+        print("error: --scenario runs one pair (--pairs 1)", file=sys.stderr)
+        return 2
     if args.scenario:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         if not policies or any(p not in scenario_bench.POLICIES for p in policies):
@@ -382,7 +370,8 @@ def main(args: argparse.Namespace) -> int:
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:]) or "bench"
     mix = parse_mix(args.mix)
     meta = {
-        "title": f"specgate bench: {args.profile} pair, mix {args.mix}, T {args.temperature}",
+        "title": f"specgate bench: {_pairs_desc(args)}, mix {args.mix}, T {args.temperature}",
+        "pairs": args.pairs,
         "command": f"specgate {argv}",
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "profile": args.profile,

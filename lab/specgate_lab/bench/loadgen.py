@@ -21,6 +21,7 @@ from specgate_lab.bench.stats import RequestRecord
 from specgate_lab.workload import TemperatureDist, sample, to_openai_body
 
 ROUTE_HEADER = "x-specgate-route"
+ENGINE_HEADER = "x-specgate-engine"
 REASON_HEADER = "x-specgate-reason"
 
 
@@ -56,6 +57,7 @@ async def stream_chat(
             rec.status = resp.status
             rec.route = resp.headers.get(ROUTE_HEADER, "")[:16]
             rec.reason = resp.headers.get(REASON_HEADER, "")[:64]
+            rec.engine = resp.headers.get(ENGINE_HEADER, "")[:64]
             if resp.status != 200:
                 text = await resp.text()
                 raise RuntimeError(f"HTTP {resp.status}: {text[:200]}")

@@ -21,7 +21,10 @@ from typing import Any
 import aiohttp
 import yaml
 
+from specgate_lab.bench.configs import emulated_pair_model, gateway_config
 from specgate_lab.bench.envoy import ENVOY_EPP, PROXY, VIAS, envoy_args, envoy_binary, write_envoy_config
+
+__all__ = ["Proc", "Stack", "emulated_pair_model", "gateway_config", "policy_stack", "running_stack"]
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -78,59 +81,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def emulated_pair_model(
-    spec_url: str,
-    base_url: str,
-    *,
-    spec_served: str = "qwen3-8b-spec",
-    base_served: str = "qwen3-8b-base",
-    name: str = "m1",
-    device: str | None = None,
-    spec_extra: dict[str, Any] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The gateway config entry of model ``name`` on one emulated pair: ``spec0`` (ngram,
-    k=5) at ``spec_url`` and ``base0`` at ``base_url``; ``spec_extra`` adds keys to the
-    spec engine's entry, ``extra`` model keys (``timeouts``, ``retry``, ``routing``, ...)."""
-    pair: dict[str, Any] = {} if device is None else {"device": device}
-    pair["spec"] = {
-        "name": "spec0",
-        "url": spec_url,
-        "served_model_name": spec_served,
-        "method": "ngram",
-        "k": 5,
-        **(spec_extra or {}),
-    }
-    pair["base"] = {"name": "base0", "url": base_url, "served_model_name": base_served}
-    return {"name": name, "pairs": [pair], **extra}
-
-
-def gateway_config(
-    port: int, spec_port: int, base_port: int, policy: str, *, epp_port: int | None = None
-) -> dict[str, Any]:
-    """The benchmark gateway's config: one emulated pair (n-gram 2..5, as ``emulate --pair``
-    declares it), generous upstream timeouts, fast scrapes, routing ``policy``; with
-    ``epp_port``, also the Endpoint Picker for Envoy on 127.0.0.1:``epp_port``."""
-    cfg: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": port, "max_concurrency": 4096},
-        "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 1.0, "stale_after_s": 5.0},
-        "models": [
-            emulated_pair_model(
-                f"http://127.0.0.1:{spec_port}",
-                f"http://127.0.0.1:{base_port}",
-                name="qwen3-8b",
-                device="gpu0",
-                spec_extra={"prompt_lookup_min": 2, "prompt_lookup_max": 5},
-                timeouts={"connect_s": 5.0, "first_byte_s": 900.0, "idle_s": 300.0, "total_s": 3600.0},
-                routing={"policy": policy},
-            )
-        ],
-    }
-    if epp_port is not None:
-        cfg["epp"] = {"enabled": True, "host": "127.0.0.1", "port": epp_port}
-    return cfg
 
 
 async def start_serve(
@@ -256,16 +206,20 @@ async def running_stack(
     base_port: int,
     gw_ports: Sequence[int],
     fronts: Sequence[tuple[Proc, str]] = (),
+    more: Sequence[tuple[Proc, int, int]] = (),
 ) -> AsyncIterator[list[str]]:
-    """Start the emulated pair ``emu`` (its engines on ``spec_port``/``base_port``), then the
-    gateways ``gws`` on ``gw_ports``, each once it is healthy/ready, then the ``fronts``
-    (a process and its readiness URL, e.g. Envoy and its admin ``/ready``) once each answers;
-    yield the gateways' base URLs; stop the fronts, the gateways, then the emulator."""
+    """Start the emulated pair ``emu`` (its engines on ``spec_port``/``base_port``) and the
+    ``more`` pairs (an emulator and its two ports each), then the gateways ``gws`` on
+    ``gw_ports``, each once it is healthy/ready, then the ``fronts`` (a process and its
+    readiness URL, e.g. Envoy and its admin ``/ready``) once each answers; yield the
+    gateways' base URLs; stop the fronts, the gateways, then the emulators."""
     started: list[Proc] = []
+    emus = [(emu, spec_port, base_port), *more]
     try:
-        await emu.start()
-        await emu.wait_ready(f"http://127.0.0.1:{spec_port}/health")
-        await emu.wait_ready(f"http://127.0.0.1:{base_port}/health")
+        for e, sp, bp in emus:
+            await e.start()
+            await e.wait_ready(f"http://127.0.0.1:{sp}/health")
+            await e.wait_ready(f"http://127.0.0.1:{bp}/health")
         for gw, port in zip(gws, gw_ports, strict=True):
             await gw.start()
             await gw.wait_ready(f"http://127.0.0.1:{port}/ready")
@@ -279,7 +233,8 @@ async def running_stack(
             await front.stop()
         for gw in gws:
             await gw.stop()
-        await emu.stop()
+        for e, _sp, _bp in emus:
+            await e.stop()
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,9 +263,12 @@ async def policy_stack(
     replicas: int = 1,
     peers: bool = False,
     via: str = PROXY,
+    pairs: int = 1,
 ) -> AsyncIterator[Stack]:
-    """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second)
-    and ``replicas`` gateways routing with ``policy`` in front of it, logs and configs under
+    """A fresh emulated pair (``emulate --pair``, ``scale`` wall seconds per emulated second;
+    with ``pairs`` > 1, that many pairs of the one model, each an emulator of its own: its
+    own device timeline, seeded ``seed + i``) and ``replicas`` gateways routing with
+    ``policy`` in front of it, logs and configs under
     ``logdir`` named by ``tag``; yields their URLs once a couple of scrapes have run, so
     that the policy sees both engines. With ``peers`` the gateways are joined by the peer
     channel through a redis-server of their own. With ``via`` = ``envoy-epp`` each gateway
@@ -325,22 +283,29 @@ async def policy_stack(
     async with contextlib.AsyncExitStack() as stack:
         peers_url = await stack.enter_async_context(redis_server(logdir, tag)) if peers else None
         spec_port, base_port = free_port(), free_port()
+        more = [(free_port(), free_port()) for _ in range(pairs - 1)]
         gw_ports = [free_port() for _ in range(replicas)]
         fronts: list[tuple[Proc, str]] = []
         front_urls: list[str] = []
-        emu = Proc(
-            "emulator",
-            ["emulate", "--pair", "--spec-port", str(spec_port), "--base-port", str(base_port),
-             "--time-scale", str(scale), "--profile", profile,
-             "--max-num-seqs", str(max_num_seqs), "--seed", str(seed)],
-            os.path.join(logdir, f"{tag}-emulator.log"),
-        )  # fmt: skip
+        emus = [
+            _emulator(
+                sp,
+                bp,
+                scale,
+                profile,
+                max_num_seqs,
+                seed + i,
+                os.path.join(logdir, f"{tag}-emulator{i or ''}.log"),
+            )
+            for i, (sp, bp) in enumerate([(spec_port, base_port), *more])
+        ]
+        emu, more_emus = emus[0], [(e, sp, bp) for e, (sp, bp) in zip(emus[1:], more, strict=True)]
         gws = []
         for i, port in enumerate(gw_ports):
             name = tag if replicas == 1 else f"{tag}-{i}"
             cfg_path = os.path.join(logdir, f"{name}-gateway.yaml")
             epp_port = free_port() if envoy is not None else None
-            cfg = gateway_config(port, spec_port, base_port, policy, epp_port=epp_port)
+            cfg = gateway_config(port, spec_port, base_port, policy, epp_port=epp_port, more=more)
             if peers_url is not None:
                 cfg["peers"] = {"url": peers_url, "channel": tag, "replica_id": name}
             with open(cfg_path, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a tiny local file
@@ -364,15 +329,26 @@ async def policy_stack(
                     os.path.join(logdir, f"{name}-gateway.log"),
                 )
             )
-        async with running_stack(emu, gws, spec_port, base_port, gw_ports, fronts) as urls:
+        async with running_stack(emu, gws, spec_port, base_port, gw_ports, fronts, more_emus) as urls:
             await asyncio.sleep(1.5)
             if peers_url is not None:
                 await peers_joined(urls)
-            engines = [f"http://127.0.0.1:{spec_port}", f"http://127.0.0.1:{base_port}"]
+            ports = [(spec_port, base_port), *more]
+            engines = [f"http://127.0.0.1:{p}" for pair in ports for p in pair]
             if front_urls:
                 yield Stack(front_urls, engines, admin=urls)
             else:
                 yield Stack(urls, engines)
+
+
+def _emulator(sp: int, bp: int, scale: float, profile: str, seqs: int, seed: int, log: str) -> Proc:
+    """``emulate --pair`` on ports ``sp``/``bp``: one more pair, its own device timeline."""
+    return Proc(
+        "emulator",
+        ["emulate", "--pair", "--spec-port", str(sp), "--base-port", str(bp), "--time-scale", str(scale),
+         "--profile", profile, "--max-num-seqs", str(seqs), "--seed", str(seed)],
+        log,
+    )  # fmt: skip
 
 
 async def peers_joined(urls: Sequence[str], timeout_s: float = 20.0) -> None:

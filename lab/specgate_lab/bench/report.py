@@ -106,3 +106,51 @@ def write_all(out_dir: str, meta: dict[str, Any], rows: Sequence[dict[str, Any]]
     if not plot(rows, paths["png"], str(meta.get("title", "specgate bench"))):
         del paths["png"]
     return paths
+
+
+README_BEGIN = "<!-- section:bench -->"
+README_END = "<!-- /section:bench -->"
+
+
+def update_readme(path: str, body: str) -> bool:
+    """Replace the text between the bench markers of ``path``; False when they are missing."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    i, j = text.find(README_BEGIN), text.find(README_END)
+    if i < 0 or j < i:
+        return False
+    new = text[: i + len(README_BEGIN)] + "\n" + body.rstrip() + "\n" + text[j:]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(new)
+    return True
+
+
+def readme_section(
+    meta: dict[str, Any], rows: list[dict[str, Any]], png: str, kit: str = "loadtests/README.md"
+) -> str:
+    return "\n".join(
+        [
+            "## Policy benchmark (emulated H200 pair, real sockets)",
+            "",
+            f"`{meta['command']}` — {meta['date']}"
+            + (f" (code `{meta['code_version']}`)" if meta.get("code_version") else "")
+            + f", {meta['mix_desc']}, "
+            f"temperatures `{meta['temperature']}`, "
+            f"≥ {meta['duration_s']:g} s measured per point (≥ {meta['min_requests']} expected requests) "
+            f"after {meta['warmup_s']:g} s warm-up; "
+            "times are emulated (the emulator ran `time_scale` times slower than the wall clock).",
+            "",
+            markdown_table(rows),
+            "",
+            f"![TPOT and throughput vs QPS]({png})",
+            "",
+            "Columns: TPOT = (e2e − TTFT)/(tokens − 1) per request; output tok/s delivered inside the "
+            "window; goodput = requests/s meeting TPOT ≤ "
+            f"{meta['tpot_slo_ms']:g} ms and TTFT ≤ {meta['ttft_slo_ms']:g} ms; per-kind route shares and "
+            "decision reasons are in `results.json`. To load-test a deployment yourself: the Locust kit "
+            "(`loadtests/locustfile.py`) and vLLM's own client (`loadtests/vllm_bench.sh`; a recorded run "
+            "through the gateway is in `loadtests/results/vllm-bench-emulated.txt`); see "
+            f"[loadtests/README.md]({kit}). Notes on a run (per-kind TPOT, the cross-check "
+            "against the socket-free `specgate simulate`) sit beside its results.",
+        ]
+    )

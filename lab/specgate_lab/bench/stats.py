@@ -27,6 +27,7 @@ class RequestRecord:
     error: str = ""
     lateness: float = 0.0  # how late the request left compared with its scheduled arrival
     stage: int = 0
+    engine: str = ""  # x-specgate-engine: the engine that served it (its pair, on a fleet)
 
     @property
     def tpot(self) -> float | None:

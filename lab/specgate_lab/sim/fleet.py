@@ -14,14 +14,11 @@ one (``+1``) mid-run.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gateway.physics.methods import PROMPT_LOOKUP_METHODS
 from gateway.pipeline.continuation import continuation_body, movable
-from gateway.pipeline.outcome import LookupSettings
 from gateway.pipeline.request import CHAT, ParsedRequest
 from gateway.placement import FleetPolicy
 from gateway.routing.adaptive import AdaptivePolicy
@@ -30,11 +27,10 @@ from gateway.routing.factory import ADAPTIVE, build_policy
 from gateway.routing.rules import choose_pair
 from gateway.routing.types import Decision, ModelView, PairView, Policy, Reason, Route, RouteOverride
 from specgate_lab.emulator.device import Device
-from specgate_lab.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
-from specgate_lab.emulator.spec import parse_spec_config
+from specgate_lab.emulator.engine import Engine, EngineRequest, TokenEvent
 from specgate_lab.sim.monitor import ItlObserver, SimMonitor
 from specgate_lab.sim.records import RequestRecord, SimConfig, SimResult
-from specgate_lab.sim.run import MODEL, arrivals, outcome_of, parse_workload, settle, simulate
+from specgate_lab.sim.run import MODEL, arrivals, engine_setup, outcome_of, parse_workload, settle, simulate
 from specgate_lab.workload import WorkloadRequest
 
 ONE_REGIME = "one-regime"
@@ -85,22 +81,7 @@ def simulate_fleet(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]]
         policy = build_policy(rcfg)
         if cfg.policy == ADAPTIVE and isinstance(policy, AdaptivePolicy):
             policy = FleetPolicy(policy)
-    raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
-    if cfg.method in PROMPT_LOOKUP_METHODS:
-        raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
-    raw_spec.update(cfg.spec_extra)
-    spec_cfg = parse_spec_config(raw_spec)
-    assert spec_cfg is not None
-    settings = LookupSettings.of(spec_cfg.k, spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max)
-    config = functools.partial(
-        EngineConfig,
-        MODEL,
-        profile=cfg.profile,
-        seed=cfg.seed,
-        max_num_seqs=cfg.max_num_seqs,
-        device_scale=cfg.device_scale,
-        device_scale_slope=cfg.device_scale_slope,
-    )
+    spec_cfg, config, settings = engine_setup(cfg)
     pairs: list[_Pair] = []
     own: dict[str, int] = {}
     by_engine: dict[str, tuple[_Pair, Route]] = {}

@@ -20,7 +20,7 @@ from gateway.routing.factory import ALWAYS_SPEC, build_policy
 from gateway.routing.types import HARD_RULE_REASONS, Decision, ModelView, Outcome, PairView, Route
 from specgate_lab.emulator.device import Device
 from specgate_lab.emulator.engine import Engine, EngineConfig, EngineRequest, TokenEvent
-from specgate_lab.emulator.spec import parse_spec_config
+from specgate_lab.emulator.spec import SpecConfig, parse_spec_config
 from specgate_lab.sim.agreement import Sample
 from specgate_lab.sim.monitor import ItlObserver, SimMonitor
 from specgate_lab.sim.records import RequestRecord, SimConfig, SimResult
@@ -116,13 +116,13 @@ def outcome_of(
     )
 
 
-def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
-    work = workload if workload is not None else arrivals(cfg)
-    # dynamic-sd: one engine with vLLM's Dynamic SD serves everything (no plain sibling).
-    dynamic = cfg.policy == DYNAMIC_SD
-    name = ALWAYS_SPEC if dynamic else cfg.policy
-    rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
-    policies = [build_policy(rcfg) for _ in range(max(1, cfg.replicas))]
+def engine_setup(
+    cfg: SimConfig, *, dynamic: bool = False
+) -> tuple[SpecConfig, Callable[..., EngineConfig], LookupSettings]:
+    """A run's speculative config (vLLM's ``--speculative-config`` from the run's method, k,
+    n-gram sizes and extras; Dynamic SD's per-batch k when ``dynamic``), the engine config
+    both engines of a pair share (model, profile, device errors; the spec engine adds its
+    drafter), and the prompt-lookup settings the gateway replays answers with."""
     raw_spec: dict[str, object] = {"method": cfg.method, "num_speculative_tokens": cfg.k}
     if cfg.method in PROMPT_LOOKUP_METHODS:
         raw_spec.update(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
@@ -131,10 +131,6 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         raw_spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in cfg.dynamic_k]
     spec_cfg = parse_spec_config(raw_spec)
     assert spec_cfg is not None
-    lk_min, lk_max = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
-    device = Device("gpu0")
-    obs_s, obs_b = ItlObserver(), ItlObserver()
-    # both engines: the same model, profile and device (the spec engine adds its drafter)
     config = functools.partial(
         EngineConfig,
         MODEL,
@@ -144,6 +140,20 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
         device_scale=cfg.device_scale,
         device_scale_slope=cfg.device_scale_slope,
     )
+    settings = LookupSettings.of(spec_cfg.k, spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max)
+    return spec_cfg, config, settings
+
+
+def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | None = None) -> SimResult:
+    work = workload if workload is not None else arrivals(cfg)
+    # dynamic-sd: one engine with vLLM's Dynamic SD serves everything (no plain sibling).
+    dynamic = cfg.policy == DYNAMIC_SD
+    name = ALWAYS_SPEC if dynamic else cfg.policy
+    rcfg = RoutingConfig.model_validate({"policy": name, "profile": cfg.profile, **cfg.routing})
+    policies = [build_policy(rcfg) for _ in range(max(1, cfg.replicas))]
+    spec_cfg, config, lookup_settings = engine_setup(cfg, dynamic=dynamic)
+    device = Device("gpu0")
+    obs_s, obs_b = ItlObserver(), ItlObserver()
     spec_eng = device.attach(
         Engine(
             config(spec=spec_cfg, spec_cost_scale=cfg.spec_cost_scale, spec_cost_slope=cfg.spec_cost_slope),
@@ -212,8 +222,6 @@ def simulate(cfg: SimConfig, workload: list[tuple[float, WorkloadRequest]] | Non
 
     by_req: dict[int, tuple[RequestRecord, EngineRequest, ParsedRequest, Decision]] = {}
     records: list[RequestRecord] = []
-
-    lookup_settings = LookupSettings.of(spec_cfg.k, lk_min, lk_max)
 
     def on_events(events: list[TokenEvent]) -> None:
         for ev in events:

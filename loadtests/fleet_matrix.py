@@ -4,7 +4,7 @@ fleets and the offline oracle, and the decision cost at 64 pairs.
     PYTHONPATH=. python3 loadtests/fleet_matrix.py --jobs 16 --out results/sim/fleet      # the grid
     PYTHONPATH=. python3 loadtests/fleet_matrix.py --list                                 # its cells
     PYTHONPATH=. python3 loadtests/fleet_matrix.py --only 'p4/corpus/lk2/s1/' --duration 40 --jobs 1
-    PYTHONPATH=. python3 loadtests/fleet_matrix.py --decision-cost 64                     # µs/request
+    PYTHONPATH=.:lab python3 loadtests/fleet_matrix.py --decision-cost 64                 # µs/request
 
 Cells: 4 and 16 pairs × three mixes (the corpus's, a copy-heavier and a chat-heavier one) ×
 n-gram lookup 2..5 and 5..5 × seeds 1-3 × 25/50/75/90 % of the fleet's capacity (pairs ×
@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
-import statistics
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -143,50 +141,17 @@ def misses(name: str, j: dict[str, float | bool]) -> list[str]:
     return out
 
 
-def decision_cost(pairs: int, n: int = 20000, seed: int = 1) -> dict[str, float]:
-    """µs per decision of the fleet policy over ``pairs`` pairs at random loads."""
-    from gateway.placement import FleetPolicy
-    from gateway.routing.adaptive import AdaptivePolicy
-    from gateway.routing.config import RoutingConfig
-    from gateway.routing.types import EngineView, ModelView, PairView, RequestFeatures, Route
+def decision_cost(pairs: int) -> dict[str, Any]:
+    """µs per decision of the fleet policy over ``pairs`` simulated pairs at half their
+    capacity, answers learned from as they complete (:mod:`decision_cost`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from decision_cost import measure, record
 
-    rng = random.Random(seed)
-    policy = FleetPolicy(AdaptivePolicy(RoutingConfig(policy="adaptive")))
-    policy.bind("ngram", 5)
-    kinds = ("edit", "chat", "summary", "rag")
-
-    def view() -> ModelView:
-        return ModelView(
-            "m",
-            tuple(
-                PairView(
-                    EngineView(
-                        f"s{i}", Route.SPEC, stale=True, inflight=rng.randrange(40), method="ngram", k=5
-                    ),
-                    EngineView(f"b{i}", Route.BASE, stale=True, inflight=rng.randrange(40)),
-                    f"gpu{i}",
-                )
-                for i in range(pairs)
-            ),
-        )
-
-    views = [view() for _ in range(64)]
-    times = []
-    for i in range(n):
-        f = RequestFeatures("m", temperature=rng.random(), overlap=rng.random(), kind=rng.choice(kinds))
-        v = views[i % len(views)]
-        t0 = time.perf_counter()
-        policy.decide(f, v, i * 0.002)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    us = [1e6 * t for t in times[n // 10 :]]  # the first tenth warms the caches up
-    us.sort()
-    return {
-        "pairs": pairs,
-        "p50_us": round(us[len(us) // 2], 1),
-        "p99_us": round(us[int(0.99 * len(us))], 1),
-        "mean_us": round(statistics.fmean(us), 1),
-    }
+    rec = record(pairs, 0.5, 30.0 if pairs < 8 else 6.0, 1)
+    result, differ = measure(rec, 3, rec.cfg.duration_s / 3)
+    if differ:
+        raise SystemExit("a replay decided otherwise than its record: " + "; ".join(differ))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
-"""The fleet matrix's cell logic (issue 53's grid): the cells, the targets a cell is judged
-on, and the decision-cost probe on a small fleet. No long simulation."""
+"""The fleet matrix's cell logic (issue 53's grid): the cells and the targets a cell is
+judged on; and the decision-cost bench's record and replay on a small fleet. No long
+simulation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -46,6 +48,22 @@ def test_a_cell_is_judged_against_the_best_static_and_the_oracle(fm: ModuleType)
     assert len(misses) == 1 and "p99" in misses[0]  # 7.3 / 6.8 > 1.05; the means hold
 
 
-def test_the_decision_cost_probe_runs(fm: ModuleType) -> None:
-    out = fm.decision_cost(4, n=200)
-    assert out["pairs"] == 4 and 0 < out["p50_us"] <= out["p99_us"]
+def test_a_replayed_record_decides_as_the_run_did() -> None:
+    """The decision-cost bench records a short simulated run's calls on the fleet policy
+    (decisions, answers, moves) and replays them on a fresh policy: the same decisions, so
+    the replay times what the run did, and checks that a policy change left them alone."""
+    dc = load_module(SCRIPT.parent / "decision_cost.py", "specgate_decision_cost")
+    rec = dc.record(2, 0.5, 4.0, 1)
+    ops = [c[0] for c in rec.calls]
+    assert ops.count("d") > 100 and ops.count("o") > 50  # it learned from answers too
+    result, differ = dc.measure(rec, 1, 1.0)
+    assert differ == []
+    run = result["runs"][0]
+    assert result["pairs"] == 2 and 0 < run["decisions"] < ops.count("d")  # the warm-up left out
+    assert 0 < run["p50_us"] <= run["p99_us"]
+
+    first = next(i for i, c in enumerate(rec.calls) if c[0] == "d")
+    _, features, view, now, decision = rec.calls[first]
+    other = next(e for p in view.pairs for e in p.engines if e.name != decision.engine)
+    rec.calls[first] = ("d", features, view, now, replace(decision, engine=other.name))
+    assert dc.replay(rec).differ  # a decision otherwise than recorded is reported

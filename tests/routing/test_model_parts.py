@@ -212,6 +212,40 @@ def test_the_mix_is_priced_with_what_is_known_now() -> None:
     assert TrafficMix(10.0, 4).priced(price, 1.0, 0).mean_verified is None
 
 
+def test_pricing_by_class_prices_exactly_as_entry_by_entry() -> None:
+    """The estimator's per-class pricing is the per-entry blend, bit for bit: the same
+    prices, errors and change-point cuts as each request was priced alone, through new
+    requests, new knowledge and new live ratios."""
+    rng = random.Random(3)
+    by_entry = TrafficMix(window_s=5.0, min_requests=8, change_z=4.0)
+    by_class = TrafficMix(window_s=5.0, min_requests=8, change_z=4.0)
+    taught: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+
+    def learned(klass: tuple[str, int]) -> tuple[float, float, float, float]:
+        return taught.get(klass, (0.0, 1.0, 0.0, 1.0))
+
+    def price(m: MixEntry) -> tuple[float, float]:
+        w, e, wq, q = learned(m.klass)
+        return (1.0 - w) * m.prior_tokens_per_step + w * e, (1.0 - wq) * m.prior_verified + wq * q
+
+    cuts = 0
+    for i in range(600):
+        t = i * 0.05
+        prior = rng.uniform(1.0, 1.3) if (i // 150) % 2 else rng.uniform(3.5, 4.0)  # shifts: cuts
+        m = MixEntry(t, (rng.choice(("edit", "chat")), rng.randrange(4)), prior, rng.uniform(1.0, 3.0))
+        by_entry.add(m)
+        by_class.add(m)
+        if i % 7 == 0:
+            taught[m.klass] = (0.2 * rng.random(), rng.uniform(1.0, 4.0), rng.random(), rng.uniform(1.0, 3.0))
+        ratio = round(rng.uniform(0.5, 1.2), 2)
+        knowledge = i // 3
+        a = by_entry.priced(price, ratio, knowledge)
+        assert by_class.priced_by_class(learned, ratio, knowledge) == a
+        assert list(by_class.entries) == list(by_entry.entries)
+        cuts += len(by_class) < min(i + 1, 100)  # 5 s of 20 a second, unless a change cut it
+    assert cuts > 0  # the change test ran on both and cut both alike
+
+
 def test_a_change_of_traffic_ends_the_mix_window() -> None:
     """Copy-heavy edits (1/E ~0.3-0.45) give way to open chat (1/E = 1): three chats end
     the window, so the shift is priced on the chat alone, not on a window mean that

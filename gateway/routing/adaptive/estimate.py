@@ -222,19 +222,12 @@ class Estimator:
         if hit is not None:  # most calls of a decision: priced already
             return hit
         now = self.live.last_update
-        learned: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+        learner, drafts = self.learner, self.draft_learner
 
-        def price(m: MixEntry) -> tuple[float, float]:
-            c = learned.get(m.klass)
-            if c is None:
-                c = learned[m.klass] = (
-                    *self.learner.learned(m.klass, now),
-                    *(self.draft_learner.learned(m.klass, now) if ngram else (0.0, 1.0)),
-                )
-            w, e, wq, q = c
-            return (1.0 - w) * m.prior_tokens_per_step + w * e, (1.0 - wq) * m.prior_verified + wq * q
+        def learned(klass: tuple[str, int]) -> tuple[float, float, float, float]:
+            return (*learner.learned(klass, now), *(drafts.learned(klass, now) if ngram else (0.0, 1.0)))
 
-        return self.mix.priced(price, self.live.ratio, knowledge)
+        return self.mix.priced_by_class(learned, self.live.ratio, knowledge)
 
     def inv_e_mix(self) -> float:
         """Mean 1/E of the recent traffic (live-corrected)."""

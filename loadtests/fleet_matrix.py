@@ -141,17 +141,13 @@ def misses(name: str, j: dict[str, float | bool]) -> list[str]:
     return out
 
 
-def decision_cost(pairs: int) -> dict[str, Any]:
-    """µs per decision of the fleet policy over ``pairs`` simulated pairs at half their
-    capacity, answers learned from as they complete (:mod:`decision_cost`)."""
+def decision_cost(pairs: int) -> int:
+    """Print µs per decision of the fleet policy over ``pairs`` simulated pairs, as
+    :mod:`decision_cost` measures it with its defaults; its exit status."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from decision_cost import measure, record
+    from decision_cost import main as measure
 
-    rec = record(pairs, 0.5, 30.0 if pairs < 8 else 6.0, 1)
-    result, differ = measure(rec, 3, rec.cfg.duration_s / 3)
-    if differ:
-        raise SystemExit("a replay decided otherwise than its record: " + "; ".join(differ))
-    return result
+    return measure(["--pairs", str(pairs)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/sim/fleet"))
     args = ap.parse_args(argv)
     if args.decision_cost:
-        print(json.dumps(decision_cost(args.decision_cost)))
-        return 0
+        return decision_cost(args.decision_cost)
     cap = {k: args.capacity or v for k, v in CAPACITY.items()}
     prefixes = [p for p in args.only.split(",") if p]
     todo = [c for c in cells(args.duration, cap) if not prefixes or c.name.startswith(tuple(prefixes))]

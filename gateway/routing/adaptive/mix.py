@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -136,17 +136,21 @@ class TrafficMix:
         """The mix priced entry by entry by ``price``; memoised until the mix, the live ratio
         or ``knowledge`` (a token that changes whenever ``price`` would) changes. Entries
         priced earlier with the same live ratio and knowledge keep their price."""
-        return self._priced(price, None, live_ratio, knowledge)
+        return self._priced(lambda new: map(price, new), live_ratio, knowledge)
 
     def priced_by_class(self, learned: ClassPricer, live_ratio: float, knowledge: Hashable) -> MixPrice:
         """:meth:`priced` where an entry's price is its prior blended with what its class
         taught, ``(1 − w) · prior + w · learned`` for E and verified tokens alike, ``learned``
         giving ``(w, E, w_q, q)`` per class (asked once per class and pricing)."""
-        return self._priced(None, learned, live_ratio, knowledge)
+        return self._priced(lambda new: _blended(new, learned), live_ratio, knowledge)
 
     def _priced(
-        self, price: Pricer | None, learned: ClassPricer | None, live_ratio: float, knowledge: Hashable
+        self,
+        prices: Callable[[Iterator[MixEntry]], Iterable[tuple[float, float]]],
+        live_ratio: float,
+        knowledge: Hashable,
     ) -> MixPrice:
+        """The mix priced, ``prices`` giving (E, verified tokens) of the entries not priced yet."""
         key = (live_ratio, knowledge)
         c = self._cache
         if c is not None and c[0] == self._version and c[1] == key:
@@ -154,20 +158,17 @@ class TrafficMix:
         if key != self._key or self._updates >= _K.resum_every:
             self._reprice_all(key)
         xs, qs, s = self._xs, self._qs, self._sums
-        new = islice(self.entries, len(xs), None)
-        if learned is None:
-            assert price is not None
-            for m in new:
-                e, q = price(m)
-                x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
-                xs.append(x)
-                qs.append(q)
-                s[0] += x
-                s[1] += x * x
-                s[2] += q
-                self._updates += 1
-        else:
-            self._price_by_class(new, learned, live_ratio)
+        s0, s1, s2 = s
+        done = len(xs)
+        for e, q in prices(islice(self.entries, done, None)):
+            x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
+            xs.append(x)
+            qs.append(q)
+            s0 += x
+            s1 += x * x
+            s2 += q
+        s[0], s[1], s[2] = s0, s1, s2
+        self._updates += len(xs) - done
         if not xs:
             out = MixPrice(1.0, None)
         else:
@@ -183,29 +184,17 @@ class TrafficMix:
         self._cache = (self._version, key, out)
         return out
 
-    def _price_by_class(self, new: Iterator[MixEntry], learned: ClassPricer, live_ratio: float) -> None:
-        """Price ``new`` entries as :meth:`priced_by_class` says: the same arithmetic, in the
-        same order, as a per-entry pricer would do, with each class's terms computed once."""
-        xs, qs, s = self._xs, self._qs, self._sums
-        terms: dict[tuple[str, int], tuple[float, float, float, float]] = {}
-        s0, s1, s2 = s
-        n = 0
-        for m in new:
-            t = terms.get(m.klass)
-            if t is None:
-                w, e, wq, q = learned(m.klass)
-                t = terms[m.klass] = (1.0 - w, w * e, 1.0 - wq, wq * q)
-            e = t[0] * m.prior_tokens_per_step + t[1]
-            q = t[2] * m.prior_verified + t[3]
-            x = 1.0 / (1.0 + (e - 1.0) * live_ratio)
-            xs.append(x)
-            qs.append(q)
-            s0 += x
-            s1 += x * x
-            s2 += q
-            n += 1
-        s[0], s[1], s[2] = s0, s1, s2
-        self._updates += n
+
+def _blended(new: Iterable[MixEntry], learned: ClassPricer) -> Iterator[tuple[float, float]]:
+    """Each entry's (E, verified tokens): its priors blended with what its class taught, the
+    same arithmetic as a per-entry pricer, each class's terms computed once."""
+    terms: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+    for m in new:
+        t = terms.get(m.klass)
+        if t is None:
+            w, e, wq, q = learned(m.klass)
+            t = terms[m.klass] = (1.0 - w, w * e, 1.0 - wq, wq * q)
+        yield t[0] * m.prior_tokens_per_step + t[1], t[2] * m.prior_verified + t[3]
 
 
 def change_point(
